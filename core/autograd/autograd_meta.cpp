@@ -1,0 +1,79 @@
+#include <atomic>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/autograd/node.h"
+
+namespace nabla {
+
+namespace {
+thread_local bool grad_mode_enabled = true;
+std::atomic<uint64_t> next_sequence_nr{0};
+}  // namespace
+
+bool GradMode::is_enabled() {
+  return grad_mode_enabled;
+}
+void GradMode::set_enabled(bool enabled) {
+  grad_mode_enabled = enabled;
+}
+
+namespace autograd {
+
+Node::Node() : sequence_nr(next_sequence_nr.fetch_add(1, std::memory_order_relaxed)) {}
+
+SavedTensor::SavedTensor(const Tensor& t) {
+  if (!t.defined()) return;
+  data_ = t.detach();
+  saved_version_ = t.version();
+  requires_grad_ = t.requires_grad();
+  if (!requires_grad_) return;
+  if (t.is_leaf()) {
+    leaf_ = t.impl_ptr();
+  } else {
+    grad_fn_ = t.grad_fn();
+    output_nr_ = t.output_nr();
+  }
+}
+
+void SavedTensor::set_output_of(const std::shared_ptr<Node>& node, uint32_t output_nr) {
+  requires_grad_ = true;
+  leaf_.reset();
+  grad_fn_.reset();
+  output_node_ = node;
+  output_nr_ = output_nr;
+}
+
+void SavedTensor::reset() {
+  data_ = Tensor();
+  grad_fn_.reset();
+  released_ = true;
+}
+
+Tensor SavedTensor::unpack(const std::string& node_name, size_t index) const {
+  NABLA_CHECK(
+      !released_,
+      "{}: trying to run backward through this part of the graph a second time, but its saved tensors "
+      "were freed by the first backward; pass retain_graph=true to the first backward() to keep them",
+      node_name);
+  if (!data_.defined()) return data_;
+  NABLA_CHECK(
+      data_.version() == saved_version_,
+      "{}: saved tensor #{} ({}) was modified by an in-place operation after it was saved for backward "
+      "(version {} when saved, {} now); the gradient would be wrong. Use an out-of-place op, or clone() "
+      "the tensor before modifying it",
+      node_name, index, describe(data_), saved_version_, data_.version());
+  // Without grad mode (the usual backward) the plain data is all the formulas need.
+  if (!GradMode::is_enabled() || !requires_grad_) return data_;
+  if (auto leaf = leaf_.lock()) return Tensor(leaf);
+  std::shared_ptr<Node> fn = grad_fn_ ? grad_fn_ : output_node_.lock();
+  if (!fn) return data_;
+  Tensor with_history = data_.detach();
+  auto& meta = with_history.impl()->autograd_meta();
+  meta.requires_grad = true;
+  meta.grad_fn = std::move(fn);
+  meta.output_nr = output_nr_;
+  return with_history;
+}
+
+}  // namespace autograd
+}  // namespace nabla

@@ -1,0 +1,11 @@
+// Public header. The umbrella: #include <nabla/nabla.h> for the whole public API.
+#pragma once
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/cuda/runtime.h"
+#include "nabla/core/device.h"
+#include "nabla/core/dtype.h"
+#include "nabla/core/error.h"
+#include "nabla/core/generator.h"
+#include "nabla/core/tensor.h"
+#include "nabla/ops/ops.h"

@@ -1,0 +1,18 @@
+// Public header. Running backward: gradients of `roots` with respect to every leaf that requires
+// grad, accumulated into the leaves' .grad. Tensor::backward() calls this.
+#pragma once
+
+#include "nabla/core/tensor.h"
+
+namespace nabla::autograd {
+
+struct BackwardOptions {
+  bool retain_graph = false;  // keep saved tensors for another backward through the same graph
+  bool create_graph =
+      false;  // record the backward pass itself (higher-order gradients); implies retain_graph
+};
+
+// `root_grads[i]` may be undefined when roots[i] has one element (the gradient is then 1).
+void backward(const TensorList& roots, const TensorList& root_grads = {}, BackwardOptions options = {});
+
+}  // namespace nabla::autograd

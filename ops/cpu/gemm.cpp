@@ -1,0 +1,149 @@
+// CPU matrix products on Eigen.
+//
+// Each matrix of a batch is mapped in place with Eigen::Map and an outer stride, as row-major or
+// column-major, so a transposed view (the usual b^T of a backward pass) costs no copy. A batch of
+// several products runs one product per OpenMP thread; a single large product runs alone and
+// Eigen threads it internally (Eigen stays serial inside an active parallel region).
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <type_traits>
+
+#include "nabla/ops/cpu/linalg_kernels.h"
+
+namespace nabla::ops::cpu {
+
+namespace {
+
+// Products below this many multiply-adds are too small for Eigen's own threads to pay off, so a
+// batch of them is better spread over threads one product each.
+constexpr int64_t kSmallGemm = int64_t{1} << 18;
+
+struct MatrixLayout {
+  bool ok = false;
+  bool row_major = true;
+  int64_t ld = 1;  // elements between rows (row-major) or between columns (column-major)
+};
+
+// A dim of size 1 may have any stride, so it never decides the layout.
+MatrixLayout layout_of(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
+  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= c)) {
+    return {.ok = true, .row_major = true, .ld = rows == 1 ? c : row_stride};
+  }
+  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= r)) {
+    return {.ok = true, .row_major = false, .ld = cols == 1 ? r : col_stride};
+  }
+  return {};
+}
+
+MatrixLayout layout_of(const Tensor& t) {
+  const int64_t n = t.dim();
+  return layout_of(t.size(n - 2), t.size(n - 1), t.stride(n - 2), t.stride(n - 1));
+}
+
+template <typename T, int Order>
+using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
+                                  Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using OutMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
+                                Eigen::Unaligned, Eigen::OuterStride<>>;
+
+struct GemmDims {
+  int64_t n, k, m, lda, ldb;
+  bool accumulate;
+};
+
+// out (n, m) [+]= a (n, k) @ b (k, m); out is dense row-major.
+template <typename T, int OrderA, int OrderB>
+void gemm_one(const T* a, const T* b, T* out, const GemmDims& d) {
+  ConstMatrixMap<T, OrderA> A(a, d.n, d.k, Eigen::OuterStride<>(d.lda));
+  ConstMatrixMap<T, OrderB> B(b, d.k, d.m, Eigen::OuterStride<>(d.ldb));
+  OutMatrixMap<T> C(out, d.n, d.m, Eigen::OuterStride<>(std::max<int64_t>(d.m, 1)));
+  if (d.accumulate) {
+    C.noalias() += A * B;
+  } else {
+    C.noalias() = A * B;
+  }
+}
+
+template <typename T>
+using GemmFn = void (*)(const T*, const T*, T*, const GemmDims&);
+
+template <typename T>
+GemmFn<T> pick_gemm(bool a_row_major, bool b_row_major) {
+  if (a_row_major)
+    return b_row_major ? gemm_one<T, Eigen::RowMajor, Eigen::RowMajor>
+                       : gemm_one<T, Eigen::RowMajor, Eigen::ColMajor>;
+  return b_row_major ? gemm_one<T, Eigen::ColMajor, Eigen::RowMajor>
+                     : gemm_one<T, Eigen::ColMajor, Eigen::ColMajor>;
+}
+
+// Element offset of batch entry `index` in `t`, whose leading `batch_sizes.size()` dims are the batch.
+int64_t batch_offset(const Tensor& t, const Shape& batch_sizes, int64_t index) {
+  int64_t offset = 0;
+  for (int64_t d = static_cast<int64_t>(batch_sizes.size()) - 1; d >= 0; --d) {
+    offset += (index % batch_sizes[d]) * t.stride(d);
+    index /= batch_sizes[d];
+  }
+  return offset;
+}
+
+}  // namespace
+
+bool is_gemm_operand(const Tensor& t) {
+  return t.dim() >= 2 && layout_of(t).ok;
+}
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) {
+  NABLA_ASSERT(a.dim() >= 2 && a.dim() == b.dim() && a.dim() == out.dim(),
+               "gemm: operands of ranks {}, {}, {}", a.dim(), b.dim(), out.dim());
+  NABLA_ASSERT(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "gemm: mixed dtypes");
+  NABLA_ASSERT(out.is_contiguous(), "gemm: output must be contiguous, got strides {}",
+               shape_str(out.strides()));
+  const int64_t nd = a.dim();
+  const Shape batch_sizes(out.sizes().begin(), out.sizes().end() - 2);
+  const int64_t batch = numel_of(batch_sizes);
+  GemmDims dims{.n = a.size(nd - 2),
+                .k = a.size(nd - 1),
+                .m = b.size(nd - 1),
+                .lda = 0,
+                .ldb = 0,
+                .accumulate = accumulate};
+  NABLA_ASSERT(b.size(nd - 2) == dims.k && out.size(nd - 2) == dims.n && out.size(nd - 1) == dims.m,
+               "gemm: shapes {} @ {} -> {}", shape_str(a.sizes()), shape_str(b.sizes()),
+               shape_str(out.sizes()));
+  if (batch == 0 || dims.n == 0 || dims.m == 0) return;
+  const MatrixLayout la = layout_of(a), lb = layout_of(b);
+  NABLA_ASSERT(la.ok && lb.ok, "gemm: operands must be plain or transposed matrices");
+  dims.lda = la.ld;
+  dims.ldb = lb.ld;
+
+  dispatch<TypeSet::Floating>(a.dtype(), "matmul", [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, compute_t<T>>) {
+      NABLA_ASSERT(false, "gemm: {} reached the kernel; the front end computes it in float32",
+                   dtype_name(a.dtype()));
+    } else {
+      T* po = out.data_ptr<T>();
+      if (dims.k == 0) {  // an empty sum
+        if (!accumulate) std::fill_n(po, out.numel(), T(0));
+        return;
+      }
+      GemmFn<T> fn = pick_gemm<T>(la.row_major, lb.row_major);
+      const T* pa = a.data_ptr<T>();
+      const T* pb = b.data_ptr<T>();
+      const int64_t out_step = dims.n * dims.m;
+      const bool small = dims.n * dims.k * dims.m < kSmallGemm;
+      const bool batch_parallel =
+          batch > 1 && !omp_in_parallel() && (small || batch >= omp_get_max_threads());
+#pragma omp parallel for schedule(static) if (batch_parallel)
+      for (int64_t i = 0; i < batch; ++i) {
+        fn(pa + batch_offset(a, batch_sizes, i), pb + batch_offset(b, batch_sizes, i), po + i * out_step,
+           dims);
+      }
+    }
+  });
+}
+
+}  // namespace nabla::ops::cpu

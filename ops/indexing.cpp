@@ -1,0 +1,319 @@
+// Front ends for joining (cat, stack), splitting (split, chunk) and indexing (index_select,
+// gather, index_add, scatter_add).
+//
+// split and chunk return views made by narrow, whose own autograd covers them. Index values are
+// checked on the CPU before any kernel writes, so a bad index throws an error naming it and never
+// touches memory out of bounds. Each indexing op's gradient is its partner op (index_select with
+// index_add, gather with scatter_add), written with these differentiable front ends so that
+// create_graph works.
+#include "nabla/ops/indexing.h"
+
+#include <algorithm>
+
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cpu/indexing_kernels.h"
+#include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/view.h"
+
+namespace nabla {
+
+namespace {
+
+void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
+  ops::check_defined(op, x, "x");
+  ops::check_defined(op, index, "index");
+  ops::check_same_device(op, {x, index});
+  NABLA_CHECK(index.dtype() == kInt64, "{}: expected an int64 index, got {}", op, describe(index));
+  NABLA_CHECK(x.dim() >= 1, "{}: expected a tensor of at least 1 dim, got {}", op, describe(x));
+}
+
+// Throws naming the first bad value it finds; runs before the kernel writes anything.
+void check_index_values(const char* op, const Tensor& index, const Tensor& x, int64_t dim) {
+  if (auto bad = ops::cpu::find_out_of_range(index, x.size(dim))) {
+    NABLA_CHECK(false, "{}: index {} is out of range for dim {} of {} (expected 0 <= index < {})", op, *bad,
+                dim, describe(x), x.size(dim));
+  }
+}
+
+// A copy of x for the out-of-place accumulating ops, in x's memory format.
+Tensor accumulation_base(const Tensor& x) {
+  Tensor out = Tensor::empty(
+      x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = x.suggest_memory_format()});
+  ops::cpu::copy(x, out);
+  return out;
+}
+
+// Pads `t` with zeros at the end of each dim up to `sizes` (scatter_add's src may be larger than
+// its index; the unused part gets no gradient).
+Tensor pad_to(Tensor t, const Shape& sizes) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == sizes[d]) continue;
+    Shape fill(t.sizes());
+    fill[d] = sizes[d] - t.size(d);
+    t = cat({t, zeros(fill, t.options())}, d);
+  }
+  return t;
+}
+
+}  // namespace
+
+Tensor cat(const TensorList& tensors, int64_t dim) {
+  NABLA_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    NABLA_CHECK(tensors[i].defined(), "cat: tensor #{} is undefined", i);
+  const Tensor& first = tensors[0];
+  NABLA_CHECK(first.dim() > 0,
+              "cat: zero-dimensional tensor {} cannot be concatenated; unsqueeze it or use stack",
+              describe(first));
+  const int64_t d = wrap_dim(dim, first.dim(), "cat");
+  Shape out_sizes(first.sizes());
+  out_sizes[d] = 0;
+  DType dtype = first.dtype();
+  MemoryFormat format = first.suggest_memory_format();  // kept only when every input agrees
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    NABLA_CHECK(t.device() == first.device(),
+                "cat: expected all tensors on one device, got {} (tensor #0) and {} "
+                "(tensor #{})",
+                describe(first), describe(t), i);
+    NABLA_CHECK(t.dim() == first.dim(),
+                "cat: expected tensors of {} dims like tensor #0 {}, got {} (tensor #{})", first.dim(),
+                describe(first), describe(t), i);
+    for (int64_t k = 0; k < t.dim(); ++k) {
+      NABLA_CHECK(
+          k == d || t.size(k) == first.size(k),
+          "cat: sizes must match except in dim {}, got {} (tensor #0) and {} (tensor #{}), which differ in "
+          "dim {}",
+          d, describe(first), describe(t), i, k);
+    }
+    out_sizes[d] += t.size(d);
+    dtype = promote_types(dtype, t.dtype());
+    if (t.suggest_memory_format() != format) format = MemoryFormat::Contiguous;
+  }
+  Tensor out = Tensor::empty(out_sizes, {.dtype = dtype, .device = first.device(), .memory_format = format});
+  switch (first.device().type) {
+    case DeviceType::CPU: {
+      int64_t offset = 0;
+      for (const Tensor& t : tensors) {
+        Shape sizes(out_sizes);
+        sizes[d] = t.size(d);
+        // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
+        ops::cpu::copy(
+            t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+        offset += t.size(d);
+      }
+      break;
+    }
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("cat");
+  }
+  if (autograd::needs_grad(tensors)) {
+    Shape lengths;
+    for (const Tensor& t : tensors) lengths.push_back(t.size(d));
+    autograd::record("cat", tensors, {out}, /*save=*/{}, [d, lengths](autograd::BackwardContext& ctx) {
+      TensorList grads;
+      int64_t offset = 0;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        grads.push_back(ctx.needs(i) ? ctx.grad().narrow(d, offset, lengths[i]) : Tensor());
+        offset += lengths[i];
+      }
+      return grads;
+    });
+  }
+  return out;
+}
+
+Tensor stack(const TensorList& tensors, int64_t dim) {
+  NABLA_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  for (size_t i = 0; i < tensors.size(); ++i)
+    NABLA_CHECK(tensors[i].defined(), "stack: tensor #{} is undefined", i);
+  const Tensor& first = tensors[0];
+  const int64_t d = wrap_dim(dim, first.dim() + 1, "stack");
+  TensorList parts;
+  parts.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    NABLA_CHECK(tensors[i].sizes() == first.sizes(),
+                "stack: expected tensors of one shape, got {} (tensor #0) and {} "
+                "(tensor #{})",
+                describe(first), describe(tensors[i]), i);
+    parts.push_back(tensors[i].unsqueeze(d));
+  }
+  return cat(parts, d);
+}
+
+TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
+  ops::check_defined("split", x, "x");
+  NABLA_CHECK(x.dim() > 0, "split: expected a tensor of at least 1 dim, got {}", describe(x));
+  const int64_t d = wrap_dim(dim, x.dim(), "split");
+  const int64_t size = x.size(d);
+  NABLA_CHECK(split_size > 0 || (split_size == 0 && size == 0),
+              "split: expected a positive split_size, got {} for {}", split_size, describe(x));
+  // An empty dim still gives one (empty) piece, as in PyTorch.
+  const int64_t pieces = size == 0 ? 1 : (size + split_size - 1) / split_size;
+  TensorList out;
+  for (int64_t i = 0; i < pieces; ++i) {
+    const int64_t start = i * split_size;
+    out.push_back(x.narrow(d, start, std::min(split_size, size - start)));
+  }
+  return out;
+}
+
+TensorList split_with_sizes(const Tensor& x, const Shape& sizes, int64_t dim) {
+  ops::check_defined("split_with_sizes", x, "x");
+  NABLA_CHECK(x.dim() > 0, "split_with_sizes: expected a tensor of at least 1 dim, got {}", describe(x));
+  const int64_t d = wrap_dim(dim, x.dim(), "split_with_sizes");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    NABLA_CHECK(s >= 0, "split_with_sizes: sizes must be non-negative, got {}", shape_str(sizes));
+    total += s;
+  }
+  NABLA_CHECK(total == x.size(d), "split_with_sizes: sizes {} sum to {}, but dim {} of {} has size {}",
+              shape_str(sizes), total, d, describe(x), x.size(d));
+  TensorList out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    out.push_back(x.narrow(d, start, s));
+    start += s;
+  }
+  return out;
+}
+
+TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {
+  ops::check_defined("chunk", x, "x");
+  NABLA_CHECK(chunks > 0, "chunk: expected a positive number of chunks, got {}", chunks);
+  NABLA_CHECK(x.dim() > 0, "chunk: expected a tensor of at least 1 dim, got {}", describe(x));
+  const int64_t d = wrap_dim(dim, x.dim(), "chunk");
+  const int64_t size = x.size(d);
+  if (size == 0) return split_with_sizes(x, Shape(chunks, 0), d);  // `chunks` empty pieces, as in PyTorch
+  return split(x, (size + chunks - 1) / chunks, d);
+}
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_index_tensor("index_select", x, index);
+  NABLA_CHECK(index.dim() <= 1, "index_select: expected a 1-d index, got {}", describe(index));
+  const int64_t d = wrap_dim(dim, x.dim(), "index_select");
+  Shape out_sizes(x.sizes());
+  out_sizes[d] = index.numel();
+  Tensor out = Tensor::empty(out_sizes, x.options());
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      check_index_values("index_select", index, x, d);
+      ops::cpu::index_select(x, d, index, out);
+      break;
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("index_select");
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record("index_select", {x}, {out}, /*save=*/{index},
+                     [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       return TensorList{index_add(zeros(sizes, g.options()), d, ctx.saved[0], g)};
+                     });
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
+  check_index_tensor("gather", x, index);
+  NABLA_CHECK(index.dim() == x.dim(), "gather: expected an index with the {} dims of x {}, got {}", x.dim(),
+              describe(x), describe(index));
+  const int64_t d = wrap_dim(dim, x.dim(), "gather");
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    NABLA_CHECK(
+        k == d || index.size(k) <= x.size(k),
+        "gather: index {} is larger than x {} in dim {} (expected index.size(k) <= x.size(k) for k != {})",
+        describe(index), describe(x), k, d);
+  }
+  Tensor out = Tensor::empty(index.sizes(), x.options());
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      check_index_values("gather", index, x, d);
+      ops::cpu::gather(x, d, index, out);
+      break;
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("gather");
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record("gather", {x}, {out}, /*save=*/{index},
+                     [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       return TensorList{scatter_add(zeros(sizes, g.options()), d, ctx.saved[0], g)};
+                     });
+  }
+  return out;
+}
+
+Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  check_index_tensor("index_add", x, index);
+  ops::check_defined("index_add", source, "source");
+  ops::check_same_device("index_add", {x, source});
+  NABLA_CHECK(index.dim() <= 1, "index_add: expected a 1-d index, got {}", describe(index));
+  NABLA_CHECK(source.dtype() == x.dtype(), "index_add: expected source of x's dtype, got x {} and source {}",
+              describe(x), describe(source));
+  const int64_t d = wrap_dim(dim, x.dim(), "index_add");
+  Shape expected(x.sizes());
+  expected[d] = index.numel();
+  NABLA_CHECK(source.sizes() == expected,
+              "index_add: expected source of shape {} (x {} with dim {} sized by the {} indices), got {}",
+              shape_str(expected), describe(x), d, index.numel(), describe(source));
+  Tensor out;
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      check_index_values("index_add", index, x, d);
+      out = accumulation_base(x);
+      ops::cpu::index_add_(out, d, index, source);
+      break;
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("index_add");
+  }
+  if (autograd::needs_grad({x, source})) {
+    autograd::record("index_add", {x, source}, {out}, /*save=*/{index}, [d](autograd::BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();
+      return TensorList{ctx.needs(0) ? g : Tensor(),
+                        ctx.needs(1) ? index_select(g, d, ctx.saved[0]) : Tensor()};
+    });
+  }
+  return out;
+}
+
+Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src) {
+  check_index_tensor("scatter_add", x, index);
+  ops::check_defined("scatter_add", src, "src");
+  ops::check_same_device("scatter_add", {x, src});
+  NABLA_CHECK(src.dtype() == x.dtype(), "scatter_add: expected src of x's dtype, got x {} and src {}",
+              describe(x), describe(src));
+  NABLA_CHECK(index.dim() == x.dim() && src.dim() == x.dim(),
+              "scatter_add: expected x, index and src of one rank, got x {}, index {} and src {}",
+              describe(x), describe(index), describe(src));
+  const int64_t d = wrap_dim(dim, x.dim(), "scatter_add");
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    NABLA_CHECK(index.size(k) <= src.size(k) && (k == d || index.size(k) <= x.size(k)),
+                "scatter_add: index {} is larger than src {} or x {} in dim {} (expected index.size(k) <= "
+                "src.size(k), and <= x.size(k) for k != {})",
+                describe(index), describe(src), describe(x), k, d);
+  }
+  Tensor out;
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      check_index_values("scatter_add", index, x, d);
+      out = accumulation_base(x);
+      ops::cpu::scatter_add_(out, d, index, src);
+      break;
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("scatter_add");
+  }
+  if (autograd::needs_grad({x, src})) {
+    autograd::record("scatter_add", {x, src}, {out}, /*save=*/{index},
+                     [d, src_sizes = src.sizes()](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       return TensorList{
+                           ctx.needs(0) ? g : Tensor(),
+                           ctx.needs(1) ? pad_to(gather(g, d, ctx.saved[0]), src_sizes) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+}  // namespace nabla

@@ -1,0 +1,235 @@
+// Front ends for matrix products: matmul (numpy semantics), mm, bmm and linear.
+//
+// matmul reduces every case to one batched GEMM: a 1-d operand gains a unit dim (which the
+// output drops again), the batch dims broadcast, and expanded operands keep stride 0 so nothing
+// is copied. When only `a` has batch dims, (B, N, K) @ (K, M) folds into one (B*N, K) @ (K, M)
+// product. Float16 and bfloat16 compute in float32 and round once at the end. Backward passes are
+// written with matmul itself, so they broadcast the same way and support create_graph.
+#include "nabla/ops/linalg.h"
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cpu/linalg_kernels.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/reduce.h"
+#include "nabla/ops/view.h"
+
+namespace nabla {
+
+namespace {
+
+Shape batch_dims(const Tensor& t) {
+  return Shape(t.sizes().begin(), t.sizes().end() - 2);
+}
+
+Shape concat(Shape front, std::initializer_list<int64_t> back) {
+  front.insert(front.end(), back);
+  return front;
+}
+
+// (..., C) -> (rows, C), copying only when the strides leave no other way.
+Tensor flatten_rows(const Tensor& t) {
+  const int64_t cols = t.size(-1);
+  return t.reshape({numel_of(Shape(t.sizes().begin(), t.sizes().end() - 1)), cols});
+}
+
+void check_floating_pair(const char* op, const Tensor& a, const Tensor& b) {
+  NABLA_CHECK(
+      is_floating(a.dtype()) && is_floating(b.dtype()),
+      "{}: expected floating-point operands, got {} and {}; integer matrix products are not supported, "
+      "convert with .to(nabla::kFloat32)",
+      op, describe(a), describe(b));
+  NABLA_CHECK(a.dtype() == b.dtype(),
+              "{}: expected operands of one dtype, got {} and {}; convert one with .to()", op, describe(a),
+              describe(b));
+}
+
+bool broadcastable(const Shape& a, const Shape& b) {
+  for (size_t i = 1; i <= std::min(a.size(), b.size()); ++i) {
+    int64_t da = a[a.size() - i], db = b[b.size() - i];
+    if (da != db && da != 1 && db != 1) return false;
+  }
+  return true;
+}
+
+// a (..., N, K) @ b (..., K, M) -> (broadcast batch..., N, M). Both at least 2-d, one floating
+// dtype, shapes already checked. Records no history.
+Tensor product(const Tensor& a, const Tensor& b) {
+  NoGradGuard no_grad;
+  const DType dtype = a.dtype();
+  if (is_reduced_float(dtype)) return product(a.to(kFloat32), b.to(kFloat32)).to(dtype);
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  if (b.dim() == 2 && a.dim() > 2) {
+    // Only `a` has batch dims: one tall product instead of many small ones.
+    Tensor out = product(flatten_rows(a), b);  // (B*N, M)
+    Shape out_sizes = concat(batch_dims(a), {n, m});
+    return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
+  }
+  const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
+  Tensor out = Tensor::empty(concat(batch, {n, m}), a.options());
+  switch (a.device().type) {
+    case DeviceType::CPU: {
+      Tensor ae = ops::cpu::is_gemm_operand(a) ? a : a.contiguous();
+      Tensor be = ops::cpu::is_gemm_operand(b) ? b : b.contiguous();
+      ops::cpu::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
+                     /*accumulate=*/false);
+      break;
+    }
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("matmul");
+  }
+  return out;
+}
+
+// Gradients of matmul(a, b) for any operand ranks: the 1-d promotions are redone on the saved
+// inputs and the gradient, and sum_to folds broadcast batch dims back.
+TensorList matmul_backward(const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+  Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // (..., N, K)
+  Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // (..., K, M)
+  Tensor g = grad;                                // (..., N, M) once the dropped dims are back
+  if (b.dim() == 1) g = g.unsqueeze(g.dim());
+  if (a.dim() == 1) g = g.unsqueeze(g.dim() - 1);
+  Tensor grad_a, grad_b;
+  if (need_a) grad_a = sum_to(matmul(g, b2.transpose(-1, -2)), a2.sizes()).reshape(a.sizes());
+  if (need_b) {
+    if (b2.dim() == 2 && a2.dim() > 2) {
+      // b was shared by every batch entry: one (K, B*N) @ (B*N, M) product sums over the batch.
+      grad_b = matmul(flatten_rows(a2).t(), flatten_rows(g));
+    } else {
+      grad_b = sum_to(matmul(a2.transpose(-1, -2), g), b2.sizes());
+    }
+    grad_b = grad_b.reshape(b.sizes());
+  }
+  return {grad_a, grad_b};
+}
+
+Tensor matmul_op(const char* op, const Tensor& a, const Tensor& b) {
+  ops::check_defined(op, a, "a");
+  ops::check_defined(op, b, "b");
+  ops::check_same_device(op, {a, b});
+  check_floating_pair(op, a, b);
+  NABLA_CHECK(a.dim() >= 1 && b.dim() >= 1, "{}: expected operands of at least 1 dim, got {} and {}", op,
+              describe(a), describe(b));
+  const bool a_vec = a.dim() == 1, b_vec = b.dim() == 1;
+  const int64_t k_a = a.size(-1), k_b = b_vec ? b.size(0) : b.size(-2);
+  NABLA_CHECK(k_a == k_b, "{}: shapes {} and {} cannot be multiplied (a has {} columns, b has {} rows)", op,
+              describe(a), describe(b), k_a, k_b);
+  const Shape a_batch = a.dim() > 2 ? batch_dims(a) : Shape{},
+              b_batch = b.dim() > 2 ? batch_dims(b) : Shape{};
+  NABLA_CHECK(broadcastable(a_batch, b_batch), "{}: the batch dims of {} and {} do not broadcast", op,
+              describe(a), describe(b));
+
+  Tensor out;
+  {
+    NoGradGuard no_grad;
+    Tensor a2 = a_vec ? a.unsqueeze(0) : a;
+    Tensor b2 = b_vec ? b.unsqueeze(1) : b;
+    out = product(a2, b2);  // (batch..., N, M)
+  }
+  if (a_vec || b_vec) {
+    // Drop the unit dims the 1-d operands gained: (..., 1, M) -> (..., M), (..., N, 1) -> (..., N).
+    Shape sizes(out.sizes());
+    if (a_vec) sizes.erase(sizes.end() - 2);
+    if (b_vec) sizes.erase(sizes.end() - 1);
+    out = Tensor::alias(out, sizes, contiguous_strides(sizes), out.storage_offset());
+  }
+  if (autograd::needs_grad({a, b})) {
+    autograd::record(op, {a, b}, {out}, /*save=*/{a, b}, [](autograd::BackwardContext& ctx) {
+      return matmul_backward(ctx.grad(), ctx.saved[0], ctx.saved[1], ctx.needs(0), ctx.needs(1));
+    });
+  }
+  return out;
+}
+
+// x (..., in) @ weight^T (in, out) + bias, with the bias written first and the GEMM adding onto
+// it, so there is no second pass over the output. Records no history.
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  NoGradGuard no_grad;
+  const DType dtype = x.dtype();
+  if (is_reduced_float(dtype)) {
+    return linear_forward(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias)
+        .to(dtype);
+  }
+  Shape out_sizes(x.sizes());
+  out_sizes.back() = weight.size(0);
+  Tensor x2 = flatten_rows(x);                                            // (rows, in)
+  Tensor out = Tensor::empty({x2.size(0), weight.size(0)}, x.options());  // (rows, out)
+  switch (x.device().type) {
+    case DeviceType::CPU: {
+      Tensor wt = weight.t();  // (in, out), a column-major view: no copy
+      if (!ops::cpu::is_gemm_operand(x2)) x2 = x2.contiguous();
+      if (!ops::cpu::is_gemm_operand(wt)) wt = wt.contiguous();
+      if (bias.defined()) ops::cpu::copy(bias, out);  // every row starts as the bias
+      ops::cpu::gemm(x2, wt, out, /*accumulate=*/bias.defined());
+      break;
+    }
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel("linear");
+  }
+  return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  return matmul_op("matmul", a, b);
+}
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  ops::check_defined("mm", a, "a");
+  ops::check_defined("mm", b, "b");
+  NABLA_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-d matrices, got {} and {}", describe(a),
+              describe(b));
+  return matmul_op("mm", a, b);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  ops::check_defined("bmm", a, "a");
+  ops::check_defined("bmm", b, "b");
+  NABLA_CHECK(a.dim() == 3 && b.dim() == 3,
+              "bmm: expected 3-d batches of matrices (B, N, K) and (B, K, M), got {} and {}", describe(a),
+              describe(b));
+  NABLA_CHECK(a.size(0) == b.size(0),
+              "bmm: batch sizes differ: {} and {} (bmm does not broadcast; use matmul)", describe(a),
+              describe(b));
+  return matmul_op("bmm", a, b);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  ops::check_defined("linear", x, "x");
+  ops::check_defined("linear", weight, "weight");
+  ops::check_same_device("linear", {x, weight, bias});
+  check_floating_pair("linear", x, weight);
+  NABLA_CHECK(weight.dim() == 2, "linear: expected a 2-d weight (out_features, in_features), got {}",
+              describe(weight));
+  NABLA_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1),
+              "linear: input {} does not match weight {} (expected an input of shape (..., {}))", describe(x),
+              describe(weight), weight.size(1));
+  if (bias.defined()) {
+    check_floating_pair("linear", x, bias);
+    NABLA_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0),
+                "linear: expected a bias of shape [{}] for weight {}, got {}", weight.size(0),
+                describe(weight), describe(bias));
+  }
+  Tensor out = linear_forward(x, weight, bias);
+  if (autograd::needs_grad({x, weight, bias})) {
+    autograd::record("linear", {x, weight, bias}, {out}, /*save=*/{x, weight},
+                     [](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();  // (..., out)
+                       const Tensor& x = ctx.saved[0];
+                       const Tensor& w = ctx.saved[1];
+                       Tensor grad_x, grad_w, grad_b;
+                       if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
+                       if (ctx.needs(1) || ctx.needs(2)) {
+                         Tensor g2 = flatten_rows(g);  // (rows, out)
+                         if (ctx.needs(1)) grad_w = matmul(g2.t(), flatten_rows(x));
+                         if (ctx.needs(2)) grad_b = g2.sum({0});
+                       }
+                       return TensorList{grad_x, grad_w, grad_b};
+                     });
+  }
+  return out;
+}
+
+}  // namespace nabla

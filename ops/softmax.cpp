@@ -1,0 +1,62 @@
+// softmax and log_softmax front ends. The kernel (ops/cpu/reduce.cpp) subtracts the row max
+// first, so large logits do not overflow. A dense input's output gets the same strides (a
+// channels_last input gives a channels_last output), so the kernel writes it in place of a copy.
+#include "nabla/ops/softmax.h"
+
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cpu/reduce_kernels.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/reduce.h"
+
+namespace nabla {
+
+namespace {
+
+Tensor empty_with_layout_of(const Tensor& x) {
+  const TensorOptions options{.dtype = x.dtype(), .device = x.device()};
+  if (x.is_contiguous() || !is_non_overlapping_and_dense(x.sizes(), x.strides())) {
+    return Tensor::empty(x.sizes(), options);
+  }
+  // Dense strides address exactly numel elements from offset 0.
+  return Tensor::alias(Tensor::empty({x.numel()}, options), x.sizes(), x.strides(), 0);
+}
+
+Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  ops::check_defined(name, x, "self");
+  NABLA_CHECK(x.is_floating_point(),
+              "{}: expected a floating-point tensor, got {}; convert it first, e.g. x.to(nabla::kFloat32)",
+              name, describe(x));
+  const int64_t dim = wrap_dim(dim_in, x.dim(), name);
+  Tensor y = empty_with_layout_of(x);
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::softmax(x, dim, y, log);
+      break;
+    case DeviceType::CUDA:
+      ops::missing_cuda_kernel(name);
+  }
+  if (autograd::needs_grad({x})) {
+    // Both gradients need only the output. Known gap: SavedTensor detaches what it saves, so
+    // under create_graph the second derivative misses the path through y.
+    autograd::record(name, {x}, {y}, {y}, [dim, log](autograd::BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();
+      const Tensor& y = ctx.saved[0];
+      if (log) return TensorList{g - exp(y) * sum(g, {dim}, /*keepdim=*/true)};
+      return TensorList{y * (g - sum(g * y, {dim}, /*keepdim=*/true))};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  return softmax_forward(x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  return softmax_forward(x, dim, true);
+}
+
+}  // namespace nabla
