@@ -2,6 +2,7 @@
 #include "nabla/core/tensor.h"
 
 #include "nabla/core/autograd/node.h"
+#include "nabla/core/cuda/pinned_allocator.h"
 
 namespace nabla {
 
@@ -25,7 +26,11 @@ Tensor Tensor::empty(const Shape& sizes, const TensorOptions& options) {
   NABLA_CHECK(options.memory_format != MemoryFormat::ChannelsLast || sizes.size() == 4,
               "empty: channels_last needs a 4-d shape, got {}", shape_str(sizes));
   size_t nbytes = static_cast<size_t>(numel_of(sizes)) * nabla::itemsize(options.dtype);
-  auto storage = Storage::allocate(nbytes, options.device);
+  NABLA_CHECK(!options.pinned_memory || options.device.is_cpu(),
+              "empty: pinned_memory applies to CPU tensors, not to {}", options.device.str());
+  auto storage = options.pinned_memory
+                     ? std::make_shared<Storage>(cuda::pinned_allocator().allocate(nbytes), nbytes)
+                     : Storage::allocate(nbytes, options.device);
   Shape strides =
       strides_for(sizes, options.memory_format == MemoryFormat::Preserve ? MemoryFormat::Contiguous
                                                                          : options.memory_format);
@@ -57,6 +62,8 @@ Tensor Tensor::from_blob(void* data, const Shape& sizes, const TensorOptions& op
 Tensor Tensor::alias(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
   return Tensor(std::make_shared<TensorImpl>(base.storage(), offset, sizes, strides, base.dtype()));
 }
+
+bool Tensor::is_pinned() const { return is_cpu() && cuda::is_pinned(storage()->data()); }
 
 int64_t Tensor::size(int64_t dim) const {
   return sizes()[wrap_dim(dim, this->dim(), "size")];

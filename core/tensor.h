@@ -82,6 +82,8 @@ class Tensor {
   bool is_cuda() const { return device().is_cuda(); }
   bool is_cpu() const { return device().is_cpu(); }
   bool is_floating_point() const { return is_floating(dtype()); }
+  // True for CPU tensors in page-locked memory (see TensorOptions::pinned_memory).
+  bool is_pinned() const;
   bool is_contiguous(MemoryFormat format = MemoryFormat::Contiguous) const;
   // channels_last when the strides say so (and not also plain contiguous), else contiguous.
   MemoryFormat suggest_memory_format() const;
@@ -140,6 +142,8 @@ class Tensor {
   Tensor to(Device device, DType dtype) const;
   Tensor to(MemoryFormat format) const { return contiguous(format); }
   Tensor cpu() const { return to(Device::cpu()); }
+  // A copy in pinned host memory (the tensor itself if it already is pinned).
+  Tensor pin_memory() const;
   Tensor clone(MemoryFormat format = MemoryFormat::Preserve) const;
   Tensor& copy_(const Tensor& src);
   Tensor& fill_(double value);

@@ -14,6 +14,9 @@ struct TensorOptions {
   Device device = Device::cpu();
   MemoryFormat memory_format = MemoryFormat::Contiguous;
   bool requires_grad = false;
+  // CPU tensors only: page-locked memory from the pinned allocator, so that copies to a CUDA
+  // device run asynchronously.
+  bool pinned_memory = false;
 };
 
 }  // namespace nabla

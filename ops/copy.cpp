@@ -1,15 +1,21 @@
 // Copies between dtypes, devices and layouts: copy_, to, clone, contiguous.
 //
-// CPU to CPU copies run the strided cast kernel. Copies that touch a CUDA device move raw bytes
-// with cudaMemcpy: the source is first made dense in the destination's dtype and layout on its
-// own side when it can be (on the CPU), and a strided CUDA source is fetched as its whole
-// storage span and rearranged on the host. Strided copies within a CUDA device need the CUDA
-// elementwise kernels (CUDA backend issue).
+// Within one device the backend's copy kernel does everything: strides, broadcasting and dtype
+// conversion. Across devices only dense bytes travel, in one cudaMemcpy:
+//   1. on the source device, the source is made dense (when it is not) by that device's kernel,
+//      straight into the destination's dtype and layout when the destination is dense;
+//   2. the dense bytes go across;
+//   3. on the destination device, the kernel rearranges and converts them into the destination
+//      (skipped when step 1 already produced the destination's exact layout and dtype).
+// So no strided data is ever staged through the host, and a dtype conversion in a transfer to
+// or from a GPU runs wherever the data has to be rearranged anyway.
 #include "nabla/ops/copy.h"
 
 #include "nabla/core/cuda/runtime.h"
+#include "nabla/core/cuda/stream.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
@@ -18,55 +24,63 @@ namespace nabla {
 
 namespace {
 
-// The storage span of `t` in elements: from its offset to one past its furthest element.
-int64_t span_elements(const Tensor& t) {
-  if (t.numel() == 0) return 0;
-  int64_t span = 1;
-  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
-  return span;
-}
-
-// A CPU tensor with `src`'s values and geometry (its storage span fetched to the host).
-Tensor fetch_to_host(const Tensor& src) {
-  int64_t span = span_elements(src);
-  Tensor host = Tensor::empty({span}, {.dtype = src.dtype()});
-  cuda::copy_bytes(host.data_ptr(), Device::cpu(), src.data_ptr(), src.device(),
-                   static_cast<size_t>(span) * src.itemsize());
-  return Tensor::alias(host, src.sizes(), src.strides(), 0);
+bool is_dense(const Tensor& t) {
+  return is_non_overlapping_and_dense(t.sizes(), t.strides());
 }
 
 bool same_dense_layout(const Tensor& a, const Tensor& b) {
-  return a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype() &&
-         is_non_overlapping_and_dense(a.sizes(), a.strides());
+  return a.sizes() == b.sizes() && a.strides() == b.strides() && a.dtype() == b.dtype() && is_dense(a);
+}
+
+// dst = src (with conversion and broadcasting) when both are on one device.
+void copy_on_device(const Tensor& dst, const Tensor& src) {
+  switch (dst.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::copy(src, dst);
+      return;
+    case DeviceType::CUDA:
+      if (same_dense_layout(dst, src)) {  // the copy engine moves identical layouts
+        cuda::copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+        return;
+      }
+      ops::cuda::copy(src, dst);
+      return;
+  }
+}
+
+// A fresh dense tensor on `device` with `like`'s sizes and strides (which must be dense).
+Tensor empty_with_layout(const Tensor& like, DType dtype, Device device) {
+  Tensor flat = Tensor::empty({like.numel()}, {.dtype = dtype, .device = device});
+  return Tensor::alias(flat, like.sizes(), like.strides(), 0);
 }
 
 void copy_values(const Tensor& dst, const Tensor& src) {
-  if (dst.is_cpu() && src.is_cpu()) {
-    ops::cpu::copy(src, dst);
-    return;
-  }
+  if (dst.numel() == 0) return;
   if (dst.device() == src.device()) {
-    // Same CUDA device: only a byte copy for identical dense layouts is possible without kernels.
-    if (same_dense_layout(dst, src)) {
-      cuda::copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
-      return;
-    }
-    ops::missing_cuda_kernel("copy_ (strided or converting copy within a CUDA device)");
-  }
-  // Across devices: bring the source to the host in dst's dtype and layout, then move bytes.
-  Tensor host_src = src.is_cpu() ? src : fetch_to_host(src);
-  if (dst.is_cpu()) {
-    ops::cpu::copy(host_src, dst);
+    copy_on_device(dst, src);
     return;
   }
-  NABLA_CHECK(is_non_overlapping_and_dense(dst.sizes(), dst.strides()),
-              "copy_: copying into a strided CUDA tensor ({}) needs CUDA kernels this build lacks",
-              describe(dst));
-  Tensor staged =
-      Tensor::alias(Tensor::empty({dst.numel()}, {.dtype = dst.dtype()}), dst.sizes(), dst.strides(), 0);
-  // `staged` must cover exactly dst's span: dense with the same strides does.
-  ops::cpu::copy(host_src, staged);
-  cuda::copy_bytes(dst.data_ptr(), dst.device(), staged.data_ptr(), Device::cpu(), dst.nbytes());
+  // 1. Dense on the source device: a dense source travels as it is (a broadcast one unexpanded);
+  //    any other is made dense, in dst's own layout and dtype when dst is dense.
+  Tensor dense = src;
+  if (!is_dense(src)) {
+    dense = is_dense(dst) && src.sizes() == dst.sizes()
+                ? empty_with_layout(dst, dst.dtype(), src.device())
+                : Tensor::empty(src.sizes(), {.dtype = src.dtype(), .device = src.device()});
+    copy_on_device(dense, src);
+  }
+  // 2. Across in one copy: straight into dst when the layouts already agree. copy_bytes runs on
+  //    the destination GPU's stream (or the one GPU's); between two GPUs the source's stream
+  //    must have finished writing first.
+  if (src.is_cuda() && dst.is_cuda()) cuda::current_stream(src.device().index).synchronize();
+  if (same_dense_layout(dense, dst)) {
+    cuda::copy_bytes(dst.data_ptr(), dst.device(), dense.data_ptr(), dense.device(), dst.nbytes());
+    return;
+  }
+  Tensor landed = empty_with_layout(dense, dense.dtype(), dst.device());
+  cuda::copy_bytes(landed.data_ptr(), landed.device(), dense.data_ptr(), dense.device(), dense.nbytes());
+  // 3. Rearrange and convert on the destination device.
+  copy_on_device(dst, landed);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Elementwise front ends: validation, type promotion, output layout, device dispatch and the
-// backward formulas. Kernels live in ops/cpu/elementwise.cpp (and ops/cuda/ later).
+// backward formulas. Kernels live in ops/cpu/elementwise.cpp and ops/cuda/elementwise.cu.
 #include "nabla/ops/elementwise.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
@@ -49,7 +50,8 @@ Tensor unary_forward(UnaryOp op, const Tensor& x_in, const char* name, UnaryPara
       ops::cpu::unary(op, x, out, p);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel(name);
+      ops::cuda::unary(op, x, out, p);
+      break;
   }
   return out;
 }
@@ -78,7 +80,8 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
       ops::cpu::binary(op, a, b, out, alpha);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel(name);
+      ops::cuda::binary(op, a, b, out, alpha);
+      break;
   }
   return out;
 }
@@ -370,7 +373,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       ops::cpu::where(cond, ac, bc, out);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("where");
+      ops::cuda::where(cond, ac, bc, out);
+      break;
   }
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();

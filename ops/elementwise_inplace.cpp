@@ -11,6 +11,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/elementwise.h"
 
@@ -21,10 +22,10 @@ using ops::UnaryOp;
 
 namespace {
 
-void check_fits(const Tensor& self, const Tensor& result_like, DType result_dtype, const char* name) {
-  NABLA_CHECK(result_like.sizes() == self.sizes(),
+void check_fits(const Tensor& self, const Shape& result_sizes, DType result_dtype, const char* name) {
+  NABLA_CHECK(result_sizes == self.sizes(),
               "{}: the result has shape {}, which cannot be written into self {} in place", name,
-              shape_str(result_like.sizes()), describe(self));
+              shape_str(result_sizes), describe(self));
   NABLA_CHECK(!(is_floating(result_dtype) && !self.is_floating_point()),
               "{}: the result dtype {} cannot be written into {} self in place; use the out-of-place op",
               name, dtype_name(result_dtype), dtype_name(self.dtype()));
@@ -50,11 +51,18 @@ Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double al
   Shape sizes = broadcast_shapes(self.sizes(), other.sizes(), name);
   DType common = promote_types(self.dtype(), other.dtype());
   if (op == BinaryOp::Div && !is_floating(common)) common = kFloat32;
-  check_fits(self, Tensor::empty(sizes, {.dtype = kUInt8}), common, name);
+  check_fits(self, sizes, common, name);
   if (autograd::needs_grad({self, other})) return commit(self, out_of_place(self.clone(), other));
-  if (common == self.dtype() && self.is_cpu()) {
+  if (common == self.dtype()) {
     Tensor o = other.dtype() == common ? other : other.to(common);
-    ops::cpu::binary(op, self, o, self, alpha);
+    switch (self.device().type) {
+      case DeviceType::CPU:
+        ops::cpu::binary(op, self, o, self, alpha);
+        break;
+      case DeviceType::CUDA:
+        ops::cuda::binary(op, self, o, self, alpha);
+        break;
+    }
     self.bump_version();
     return self;
   }
@@ -72,10 +80,17 @@ Tensor& inplace_unary(Tensor& self, UnaryOp op, ops::UnaryParams params, const c
       std::floor(params.a) != params.a) {
     result = kFloat32;
   }
-  check_fits(self, self, result, name);
+  check_fits(self, self.sizes(), result, name);
   if (autograd::needs_grad({self})) return commit(self, out_of_place(self.clone()));
-  if (self.is_cpu()) {
-    ops::cpu::unary(op, self, self, params);
+  if (result == self.dtype()) {
+    switch (self.device().type) {
+      case DeviceType::CPU:
+        ops::cpu::unary(op, self, self, params);
+        break;
+      case DeviceType::CUDA:
+        ops::cuda::unary(op, self, self, params);
+        break;
+    }
     self.bump_version();
     return self;
   }
@@ -138,7 +153,8 @@ Tensor& relu_(Tensor& self) {
       ops::cpu::unary(UnaryOp::Relu, self, self, {});
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("relu_");
+      ops::cuda::unary(UnaryOp::Relu, self, self, {});
+      break;
   }
   self.bump_version();
   if (autograd::needs_grad({self})) {

@@ -1,33 +1,56 @@
-// Tensor factories. Values are made on the CPU by the CPU kernels; for a CUDA tensor, zeros
-// use a device memset and other values are made on the host and copied over (CUDA fill and
-// random kernels come with the CUDA backend issue).
+// Tensor factories. Values are made where the tensor lives: CPU tensors by the CPU kernels,
+// CUDA tensors by the CUDA kernels on the current stream (no host round trip, no sync).
+//
+// Kernels whose values depend on the element index (arange, the random draws) write a flat view
+// of the fresh, dense tensor, so element i is the i-th element in memory: a channels_last
+// tensor gets its values in NHWC order, and the same seed gives the same storage on every
+// device.
 #include "nabla/ops/factory.h"
 
 #include <cmath>
 
-#include "nabla/core/cuda/runtime.h"
-#include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cuda/kernels.h"
 
 namespace nabla {
 
 namespace {
-// Runs `make(cpu_tensor)` into a CPU tensor with `options`' dtype, then moves it to the device.
+// An uninitialized tensor of `options` that `make(t)` fills; requires_grad is set afterwards.
 template <typename Make>
-Tensor make_on_host(const Shape& sizes, const TensorOptions& options, Make make) {
-  TensorOptions host = options;
-  host.device = Device::cpu();
-  host.requires_grad = false;
-  Tensor t = Tensor::empty(sizes, host);
+Tensor make_filled(const Shape& sizes, const TensorOptions& options, Make make) {
+  TensorOptions o = options;
+  o.requires_grad = false;
+  Tensor t = Tensor::empty(sizes, o);
   make(t);
-  if (options.device.is_cuda()) {
-    Tensor d = Tensor::empty(
-        sizes, {.dtype = options.dtype, .device = options.device, .memory_format = options.memory_format});
-    copy_(d, t);
-    t = d;
-  }
   if (options.requires_grad) t.requires_grad_(true);
   return t;
+}
+
+// The elements of a fresh (dense) tensor as one contiguous row, in memory order.
+Tensor flat_view(const Tensor& t) {
+  return Tensor::alias(t, {t.numel()}, {1}, t.storage_offset());
+}
+
+void fill_on_device(const Tensor& t, double value) {
+  switch (t.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::fill(t, value);
+      return;
+    case DeviceType::CUDA:
+      ops::cuda::fill(t, value);
+      return;
+  }
+}
+
+void arange_on_device(const Tensor& t, double start, double step) {
+  switch (t.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::arange(t, start, step);
+      return;
+    case DeviceType::CUDA:
+      ops::cuda::arange(t, start, step);
+      return;
+  }
 }
 }  // namespace
 
@@ -36,15 +59,7 @@ Tensor empty(const Shape& sizes, const TensorOptions& options) {
 }
 
 Tensor zeros(const Shape& sizes, const TensorOptions& options) {
-  if (options.device.is_cuda()) {
-    TensorOptions o = options;
-    o.requires_grad = false;
-    Tensor t = Tensor::empty(sizes, o);
-    cuda::memset_zero(t.data_ptr(), t.device(), t.nbytes());
-    if (options.requires_grad) t.requires_grad_(true);
-    return t;
-  }
-  return full(sizes, 0.0, options);
+  return full(sizes, 0.0, options);  // a memset on CUDA (see cuda::fill)
 }
 
 Tensor ones(const Shape& sizes, const TensorOptions& options) {
@@ -52,7 +67,7 @@ Tensor ones(const Shape& sizes, const TensorOptions& options) {
 }
 
 Tensor full(const Shape& sizes, double value, const TensorOptions& options) {
-  return make_on_host(sizes, options, [&](const Tensor& t) { ops::cpu::fill(t, value); });
+  return make_filled(sizes, options, [&](const Tensor& t) { fill_on_device(t, value); });
 }
 
 namespace {
@@ -85,18 +100,17 @@ Tensor arange(double start, double end, double step, const TensorOptions& option
   NABLA_CHECK((end - start) / step >= 0, "arange: step {} points away from end (start={}, end={})", step,
               start, end);
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
-  return make_on_host({n}, options, [&](const Tensor& t) { ops::cpu::arange(t, start, step); });
+  return make_filled({n}, options, [&](const Tensor& t) { arange_on_device(t, start, step); });
 }
 
 Tensor linspace(double start, double end, int64_t steps, const TensorOptions& options) {
   NABLA_CHECK(steps >= 0, "linspace: steps must be non-negative, got {}", steps);
   double step = steps > 1 ? (end - start) / static_cast<double>(steps - 1) : 0.0;
-  return make_on_host({steps}, options, [&](const Tensor& t) {
-    ops::cpu::arange(t, start, step);
+  return make_filled({steps}, options, [&](const Tensor& t) {
+    arange_on_device(t, start, step);
     if (steps > 1) {
       // Pin the last value to `end` exactly, as PyTorch does, instead of start + (n-1)*step.
-      Tensor last = t.narrow(0, steps - 1, 1);
-      ops::cpu::fill(last, end);
+      fill_on_device(Tensor::alias(t, {1}, {1}, t.storage_offset() + steps - 1), end);
     }
   });
 }
@@ -116,14 +130,28 @@ Tensor rand(const Shape& sizes, const TensorOptions& options, Generator* generat
               dtype_name(options.dtype));
   int lanes = options.dtype == kFloat64 ? 2 : 1;
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), lanes));
-  return make_on_host(sizes, options, [&](const Tensor& t) { ops::cpu::uniform(t, state, 0.0, 1.0); });
+  return make_filled(sizes, options, [&](const Tensor& t) {
+    switch (t.device().type) {
+      case DeviceType::CPU:
+        return ops::cpu::uniform(flat_view(t), state, 0.0, 1.0);
+      case DeviceType::CUDA:
+        return ops::cuda::uniform(flat_view(t), state, 0.0, 1.0);
+    }
+  });
 }
 
 Tensor randn(const Shape& sizes, const TensorOptions& options, Generator* generator) {
   NABLA_CHECK(is_floating(options.dtype), "randn: expected a floating dtype, got {}",
               dtype_name(options.dtype));
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
-  return make_on_host(sizes, options, [&](const Tensor& t) { ops::cpu::normal(t, state, 0.0, 1.0); });
+  return make_filled(sizes, options, [&](const Tensor& t) {
+    switch (t.device().type) {
+      case DeviceType::CPU:
+        return ops::cpu::normal(flat_view(t), state, 0.0, 1.0);
+      case DeviceType::CUDA:
+        return ops::cuda::normal(flat_view(t), state, 0.0, 1.0);
+    }
+  });
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& sizes, const TensorOptions& options,
@@ -131,7 +159,27 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, const TensorOption
   NABLA_CHECK(low < high, "randint: expected low < high, got low={} and high={}", low, high);
   NABLA_CHECK(options.dtype != kBool, "randint: dtype bool is not supported");
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 2));
-  return make_on_host(sizes, options, [&](const Tensor& t) { ops::cpu::randint(t, state, low, high); });
+  return make_filled(sizes, options, [&](const Tensor& t) {
+    switch (t.device().type) {
+      case DeviceType::CPU:
+        return ops::cpu::randint(flat_view(t), state, low, high);
+      case DeviceType::CUDA:
+        return ops::cuda::randint(flat_view(t), state, low, high);
+    }
+  });
+}
+
+Tensor bernoulli(const Shape& sizes, double p, const TensorOptions& options, Generator* generator) {
+  NABLA_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: expected a probability p in [0, 1], got {}", p);
+  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
+  return make_filled(sizes, options, [&](const Tensor& t) {
+    switch (t.device().type) {
+      case DeviceType::CPU:
+        return ops::cpu::bernoulli(flat_view(t), state, p);
+      case DeviceType::CUDA:
+        return ops::cuda::bernoulli(flat_view(t), state, p);
+    }
+  });
 }
 
 }  // namespace nabla

@@ -37,6 +37,10 @@ Tensor randn(const Shape& sizes, const TensorOptions& options = {},
 // Integers uniform in [low, high); int64 unless options say otherwise.
 Tensor randint(int64_t low, int64_t high, const Shape& sizes,
                const TensorOptions& options = {.dtype = kInt64}, Generator* generator = nullptr);
+// 1 with probability p, else 0, in the options' dtype (bool gives true/false): dropout masks.
+//   auto keep = nabla::bernoulli(x.sizes(), 0.9, {.dtype = x.dtype(), .device = x.device()});
+Tensor bernoulli(const Shape& sizes, double p, const TensorOptions& options = {},
+                 Generator* generator = nullptr);
 
 // Wraps memory the caller owns (nabla never frees it).
 inline Tensor from_blob(void* data, const Shape& sizes, const TensorOptions& options = {}) {

@@ -2,17 +2,22 @@
 // gather, index_add, scatter_add).
 //
 // split and chunk return views made by narrow, whose own autograd covers them. Index values are
-// checked on the CPU before any kernel writes, so a bad index throws an error naming it and never
-// touches memory out of bounds. Each indexing op's gradient is its partner op (index_select with
+// checked before any kernel writes, so a bad index throws an error naming it and never touches
+// memory out of bounds. For a CUDA index that check reduces it to its min and max on the device
+// and reads the two values back: one wait for the device per indexing call (see
+// check_index_values). Each indexing op's gradient is its partner op (index_select with
 // index_add, gather with scatter_add), written with these differentiable front ends so that
 // create_graph works.
 #include "nabla/ops/indexing.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cpu/kernels.h"
+#include "nabla/ops/cuda/indexing_kernels.h"
+#include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/view.h"
@@ -29,9 +34,28 @@ void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
   NABLA_CHECK(x.dim() >= 1, "{}: expected a tensor of at least 1 dim, got {}", op, describe(x));
 }
 
-// Throws naming the first bad value it finds; runs before the kernel writes anything.
+// Throws naming a bad value (the first on the CPU; the smallest or largest on CUDA); runs before
+// the kernel writes anything.
 void check_index_values(const char* op, const Tensor& index, const Tensor& x, int64_t dim) {
-  if (auto bad = ops::cpu::find_out_of_range(index, x.size(dim))) {
+  std::optional<int64_t> bad;
+  switch (index.device().type) {
+    case DeviceType::CPU:
+      bad = ops::cpu::find_out_of_range(index, x.size(dim));
+      break;
+    case DeviceType::CUDA:
+      // A device-side check could only report by killing the context (__trap) or through a flag
+      // read later; reading min and max back costs one wait for the device per call instead.
+      if (index.numel() > 0) {
+        auto [lowest, highest] = ops::cuda::index_range(index);
+        if (lowest < 0) {
+          bad = lowest;
+        } else if (highest >= x.size(dim)) {
+          bad = highest;
+        }
+      }
+      break;
+  }
+  if (bad) {
     NABLA_CHECK(false, "{}: index {} is out of range for dim {} of {} (expected 0 <= index < {})", op, *bad,
                 dim, describe(x), x.size(dim));
   }
@@ -41,7 +65,14 @@ void check_index_values(const char* op, const Tensor& index, const Tensor& x, in
 Tensor accumulation_base(const Tensor& x) {
   Tensor out = Tensor::empty(
       x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = x.suggest_memory_format()});
-  ops::cpu::copy(x, out);
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::copy(x, out);
+      break;
+    case DeviceType::CUDA:
+      ops::cuda::copy(x, out);
+      break;
+  }
   return out;
 }
 
@@ -106,8 +137,17 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
       }
       break;
     }
-    case DeviceType::CUDA:
-      ops::missing_cuda_kernel("cat");
+    case DeviceType::CUDA: {
+      int64_t offset = 0;
+      for (const Tensor& t : tensors) {
+        Shape sizes(out_sizes);
+        sizes[d] = t.size(d);
+        ops::cuda::copy(
+            t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+        offset += t.size(d);
+      }
+      break;
+    }
   }
   if (autograd::needs_grad(tensors)) {
     Shape lengths;
@@ -203,7 +243,9 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
       ops::cpu::index_select(x, d, index, out);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("index_select");
+      check_index_values("index_select", index, x, d);
+      ops::cuda::index_select(x, d, index, out);
+      break;
   }
   if (autograd::needs_grad({x})) {
     autograd::record("index_select", {x}, {out}, /*save=*/{index},
@@ -233,7 +275,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
       ops::cpu::gather(x, d, index, out);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("gather");
+      check_index_values("gather", index, x, d);
+      ops::cuda::gather(x, d, index, out);
+      break;
   }
   if (autograd::needs_grad({x})) {
     autograd::record("gather", {x}, {out}, /*save=*/{index},
@@ -266,7 +310,10 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
       ops::cpu::index_add_(out, d, index, source);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("index_add");
+      check_index_values("index_add", index, x, d);
+      out = accumulation_base(x);
+      ops::cuda::index_add_(out, d, index, source);
+      break;
   }
   if (autograd::needs_grad({x, source})) {
     autograd::record("index_add", {x, source}, {out}, /*save=*/{index}, [d](autograd::BackwardContext& ctx) {
@@ -302,7 +349,10 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
       ops::cpu::scatter_add_(out, d, index, src);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel("scatter_add");
+      check_index_values("scatter_add", index, x, d);
+      out = accumulation_base(x);
+      ops::cuda::scatter_add_(out, d, index, src);
+      break;
   }
   if (autograd::needs_grad({x, src})) {
     autograd::record("scatter_add", {x, src}, {out}, /*save=*/{index},

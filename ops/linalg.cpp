@@ -3,14 +3,19 @@
 // matmul reduces every case to one batched GEMM: a 1-d operand gains a unit dim (which the
 // output drops again), the batch dims broadcast, and expanded operands keep stride 0 so nothing
 // is copied. When only `a` has batch dims, (B, N, K) @ (K, M) folds into one (B*N, K) @ (K, M)
-// product. Float16 and bfloat16 compute in float32 and round once at the end. Backward passes are
-// written with matmul itself, so they broadcast the same way and support create_graph.
+// product. On the CPU float16 and bfloat16 compute in float32 and round once at the end; on
+// CUDA cuBLASLt takes them as they are (float32 accumulation), reads transposed operands in
+// place, and linear adds its bias in the GEMM's epilogue. Backward passes are written with
+// matmul itself, so they broadcast the same way and support create_graph.
 #include "nabla/ops/linalg.h"
+
+#include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
+#include "nabla/ops/cuda/linalg_kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
@@ -18,6 +23,9 @@
 namespace nabla {
 
 namespace {
+
+// The TF32 switch (process-wide; this is its one owner).
+std::atomic<bool> tf32_allowed{false};
 
 Shape batch_dims(const Tensor& t) {
   return Shape(t.sizes().begin(), t.sizes().end() - 2);
@@ -58,7 +66,7 @@ bool broadcastable(const Shape& a, const Shape& b) {
 Tensor product(const Tensor& a, const Tensor& b) {
   NoGradGuard no_grad;
   const DType dtype = a.dtype();
-  if (is_reduced_float(dtype)) return product(a.to(kFloat32), b.to(kFloat32)).to(dtype);
+  if (a.is_cpu() && is_reduced_float(dtype)) return product(a.to(kFloat32), b.to(kFloat32)).to(dtype);
   const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
   if (b.dim() == 2 && a.dim() > 2) {
     // Only `a` has batch dims: one tall product instead of many small ones.
@@ -76,8 +84,13 @@ Tensor product(const Tensor& a, const Tensor& b) {
                      /*accumulate=*/false);
       break;
     }
-    case DeviceType::CUDA:
-      ops::missing_cuda_kernel("matmul");
+    case DeviceType::CUDA: {
+      Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
+      Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
+      ops::cuda::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
+                      {.bias = Tensor(), .allow_tf32 = allow_tf32()});
+      break;
+    }
   }
   return out;
 }
@@ -143,11 +156,12 @@ Tensor matmul_op(const char* op, const Tensor& a, const Tensor& b) {
 }
 
 // x (..., in) @ weight^T (in, out) + bias, with the bias written first and the GEMM adding onto
-// it, so there is no second pass over the output. Records no history.
+// it (CPU) or added by the GEMM's epilogue (CUDA), so there is no second pass over the output.
+// Records no history.
 Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   NoGradGuard no_grad;
   const DType dtype = x.dtype();
-  if (is_reduced_float(dtype)) {
+  if (x.is_cpu() && is_reduced_float(dtype)) {
     return linear_forward(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias)
         .to(dtype);
   }
@@ -164,13 +178,26 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
       ops::cpu::gemm(x2, wt, out, /*accumulate=*/bias.defined());
       break;
     }
-    case DeviceType::CUDA:
-      ops::missing_cuda_kernel("linear");
+    case DeviceType::CUDA: {
+      Tensor wt = weight.t();  // (in, out), a column-major view: no copy
+      if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
+      if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
+      ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = allow_tf32()});
+      break;
+    }
   }
   return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
 
 }  // namespace
+
+void set_allow_tf32(bool allow) {
+  tf32_allowed.store(allow, std::memory_order_relaxed);
+}
+
+bool allow_tf32() {
+  return tf32_allowed.load(std::memory_order_relaxed);
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_op("matmul", a, b);

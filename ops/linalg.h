@@ -4,7 +4,12 @@
 //           operands broadcast over their leading dims ((B, N, K) @ (K, M) -> (B, N, M)).
 //   bmm:    (B, N, K) @ (B, K, M) -> (B, N, M), no broadcasting.
 //   linear: x @ weight^T + bias, with x (..., in), weight (out, in), bias (out) or undefined.
-// Float16/bfloat16 operands compute in float32 on the CPU.
+// Float16/bfloat16 operands compute in float32 on the CPU; on CUDA they stay 16-bit and
+// accumulate in float32 (cuBLASLt).
+//
+// TF32: on CUDA, float32 products may use TensorFloat-32 tensor cores (10-bit mantissa inputs,
+// float32 accumulation), much faster and less precise. Off by default, as in PyTorch:
+//   nabla::set_allow_tf32(true);   // process-wide; affects matmul, mm, bmm and linear
 #pragma once
 
 #include "nabla/core/tensor.h"
@@ -15,5 +20,8 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+void set_allow_tf32(bool allow);
+bool allow_tf32();
 
 }  // namespace nabla

@@ -1,7 +1,7 @@
 // Reduction front ends: sum, mean, var, norm, max/min (of everything, or along a dim with
 // indices), argmax/argmin and sum_to. Each validates, allocates its output, runs the backend
-// kernel (ops/cpu/reduce.cpp) and records a backward written with differentiable ops, so that
-// create_graph works. Outputs are contiguous; the kernel writes them through a keepdim-shaped
+// kernel (ops/cpu/reduce.cpp, or ops/cuda/reduce_*.cu) and records a backward written with differentiable
+// ops, so that create_graph works. Outputs are contiguous; the kernel writes them through a keepdim-shaped
 // alias, and keepdim=false simply drops those size-1 dims.
 #include "nabla/ops/reduce.h"
 
@@ -10,6 +10,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
+#include "nabla/ops/cuda/reduce_kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -73,22 +74,22 @@ ReductionOutput allocate_output(const Tensor& x, const Shape& dims, bool keepdim
   return {result, keepdim ? result : Tensor::alias(result, keep, contiguous_strides(keep), 0)};
 }
 
-Tensor run_reduce(const char* name, ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
-                  DType dtype, ReduceParams params = {}) {
+Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, DType dtype,
+                  ReduceParams params = {}) {
   ReductionOutput out = allocate_output(x, dims, keepdim, dtype);
   switch (x.device().type) {
     case DeviceType::CPU:
       ops::cpu::reduce(op, x, dims, out.keep, params);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel(name);
+      ops::cuda::reduce(op, x, dims, out.keep, params);
+      break;
   }
   return out.result;
 }
 
 // Values and int64 indices of max/min over at most one dim; no autograd.
-std::pair<Tensor, Tensor> run_with_index(const char* name, ReduceOp op, const Tensor& x, const Shape& dims,
-                                         bool keepdim) {
+std::pair<Tensor, Tensor> run_with_index(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
   ReductionOutput values = allocate_output(x, dims, keepdim, x.dtype());
   ReductionOutput indices = allocate_output(x, dims, keepdim, kInt64);
   switch (x.device().type) {
@@ -96,7 +97,8 @@ std::pair<Tensor, Tensor> run_with_index(const char* name, ReduceOp op, const Te
       ops::cpu::reduce_with_index(op, x, dims, values.keep, indices.keep);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel(name);
+      ops::cuda::reduce_with_index(op, x, dims, values.keep, indices.keep);
+      break;
   }
   return {values.result, indices.result};
 }
@@ -136,13 +138,14 @@ Tensor extreme_all(const Tensor& x, bool is_max) {
               "or check for empty input first)",
               name, describe(x), name);
   Shape dims = reduction_dims(x, {}, name);
-  Tensor out = run_reduce(name, is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, false, x.dtype());
+  Tensor out = run_reduce(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, false, x.dtype());
   if (autograd::needs_grad({x})) {
     autograd::record(name, {x}, {out}, {x, out}, [](BackwardContext& ctx) {
       const Tensor& x = ctx.saved[0];
       const Tensor& value = ctx.saved[1];
-      // Ties share the gradient evenly (as in PyTorch); a NaN result came from the NaNs.
-      Tensor hit = std::isnan(value.item<double>()) ? ne(x, x) : eq(x, value);
+      // Ties share the gradient evenly (as in PyTorch); a NaN result came from the NaNs. Decided
+      // on the device (no item()), so backward does not wait for it.
+      Tensor hit = where(ne(value, value), ne(x, x), eq(x, value));
       Tensor mask = hit.to(x.dtype());
       return TensorList{mask * (ctx.grad() / sum(mask))};
     });
@@ -158,7 +161,7 @@ std::pair<Tensor, Tensor> extreme_dim(const Tensor& x, int64_t dim_in, bool keep
   NABLA_CHECK(x.dim() == 0 || x.size(dim) > 0,
               "{}: cannot reduce over dim {} of {}: it has no elements, and the {} of nothing is undefined",
               name, dim, describe(x), name);
-  auto [values, indices] = run_with_index(name, is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, keepdim);
+  auto [values, indices] = run_with_index(is_max ? ReduceOp::Max : ReduceOp::Min, x, dims, keepdim);
   if (autograd::needs_grad({x})) {
     autograd::record(
         name, {x}, {values, indices}, {indices}, [sizes = x.sizes(), dims, keepdim](BackwardContext& ctx) {
@@ -186,7 +189,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
     const int64_t d = wrap_dim(*dim, x.dim(), name);
     NABLA_CHECK(x.dim() == 0 || x.size(d) > 0, "{}: cannot reduce over dim {} of {}: it has no elements",
                 name, d, describe(x));
-    return run_with_index(name, op, x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim).second;
+    return run_with_index(op, x, x.dim() == 0 ? Shape{} : Shape{d}, keepdim).second;
   }
   // No dim: the index into the flattened tensor, so flatten in logical (row-major) order first.
   NABLA_CHECK(x.numel() > 0, "{}: expected a non-empty tensor, got {}", name, describe(x));
@@ -195,7 +198,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
     NoGradGuard no_grad;
     flat = x.reshape({x.numel()});
   }
-  Tensor index = run_with_index(name, op, flat, {0}, false).second;
+  Tensor index = run_with_index(op, flat, {0}, false).second;
   if (!keepdim) return index;
   const Shape ones_shape(x.dim(), 1);
   return Tensor::alias(index, ones_shape, ones_shape, 0);
@@ -206,7 +209,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
 Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
   ops::check_defined("sum", x, "self");
   const Shape dims = reduction_dims(x, dims_in, "sum");
-  Tensor out = run_reduce("sum", ReduceOp::Sum, x, dims, keepdim, x.is_floating_point() ? x.dtype() : kInt64);
+  Tensor out = run_reduce(ReduceOp::Sum, x, dims, keepdim, x.is_floating_point() ? x.dtype() : kInt64);
   if (autograd::needs_grad({x})) {
     autograd::record("sum", {x}, {out}, {}, [sizes = x.sizes(), dims, keepdim](BackwardContext& ctx) {
       return TensorList{unsqueeze_dims(ctx.grad(), dims, keepdim).expand(sizes)};
@@ -218,7 +221,7 @@ Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
 Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
   check_floating(x, "mean");
   const Shape dims = reduction_dims(x, dims_in, "mean");
-  Tensor out = run_reduce("mean", ReduceOp::Mean, x, dims, keepdim, x.dtype());
+  Tensor out = run_reduce(ReduceOp::Mean, x, dims, keepdim, x.dtype());
   if (autograd::needs_grad({x})) {
     const double scale = 1.0 / static_cast<double>(reduced_numel(x, dims));
     autograd::record("mean", {x}, {out}, {}, [sizes = x.sizes(), dims, keepdim, scale](BackwardContext& ctx) {
@@ -231,7 +234,7 @@ Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
 Tensor var(const Tensor& x, const Shape& dims_in, int64_t correction, bool keepdim) {
   check_floating(x, "var");
   const Shape dims = reduction_dims(x, dims_in, "var");
-  Tensor out = run_reduce("var", ReduceOp::Var, x, dims, keepdim, x.dtype(), {.correction = correction});
+  Tensor out = run_reduce(ReduceOp::Var, x, dims, keepdim, x.dtype(), {.correction = correction});
   if (autograd::needs_grad({x})) {
     // d var / dx = 2 (x - mean) / (N - correction); the mean's own derivative sums to zero.
     const double scale = 2.0 / static_cast<double>(reduced_numel(x, dims) - correction);
@@ -250,7 +253,7 @@ Tensor norm(const Tensor& x, double p, const Shape& dims_in, bool keepdim) {
   const Shape dims = reduction_dims(x, dims_in, "norm");
   NABLA_CHECK(!std::isinf(p) || reduced_numel(x, dims) > 0,
               "norm: the {} norm reduces over no elements in {} and has no identity value", p, describe(x));
-  Tensor out = run_reduce("norm", ReduceOp::Norm, x, dims, keepdim, x.dtype(), {.p = p});
+  Tensor out = run_reduce(ReduceOp::Norm, x, dims, keepdim, x.dtype(), {.p = p});
   if (autograd::needs_grad({x})) {
     autograd::record("norm", {x}, {out}, {x, out}, [p, dims, keepdim](BackwardContext& ctx) {
       const Tensor& x = ctx.saved[0];

@@ -3,8 +3,10 @@
 //   auto m = x.mean({0, 2, 3}, /*keepdim=*/true);   // (N, C, H, W) -> (1, C, 1, 1)
 //   auto [values, indices] = nabla::max(x, 1);     // (N, K) -> (N), (N)
 //
-// An empty `dims` list reduces over every dim. Float16/bfloat16 accumulate in float32, float32 in
-// float64 on the CPU. Integer sums accumulate in int64 and return int64 (as in PyTorch).
+// An empty `dims` list reduces over every dim. Float16/bfloat16 accumulate in float32; float32
+// accumulates in float64 on the CPU and in float32 on CUDA (as PyTorch does on both), so CUDA
+// float32 results may differ from the CPU's in the last bits. Integer sums accumulate in int64
+// and return int64 (as in PyTorch).
 #pragma once
 
 #include <optional>

@@ -1,10 +1,11 @@
-// softmax and log_softmax front ends. The kernel (ops/cpu/reduce.cpp) subtracts the row max
-// first, so large logits do not overflow. A dense input's output gets the same strides (a
-// channels_last input gives a channels_last output), so the kernel writes it in place of a copy.
+// softmax and log_softmax front ends. The kernels (ops/cpu/reduce.cpp, ops/cuda/softmax.cu) subtract the row
+// max first, so large logits do not overflow. A dense input's output gets the same strides (a channels_last
+// input gives a channels_last output), so the kernel writes it in place of a copy.
 #include "nabla/ops/softmax.h"
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
+#include "nabla/ops/cuda/reduce_kernels.h"
 #include "nabla/ops/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/reduce.h"
@@ -35,7 +36,8 @@ Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {
       ops::cpu::softmax(x, dim, y, log);
       break;
     case DeviceType::CUDA:
-      ops::missing_cuda_kernel(name);
+      ops::cuda::softmax(x, dim, y, log);
+      break;
   }
   if (autograd::needs_grad({x})) {
     // Both gradients need only the output. Known gap: SavedTensor detaches what it saves, so

@@ -1,26 +1,16 @@
-// The CUDA device runtime. Device memory here is plain cudaMalloc; the caching allocator
-// replaces it (issue: CUDA backend part 1).
+// The CUDA device runtime: devices, and copies ordered on the current stream. Device memory
+// lives in memory.cpp.
 #include "nabla/core/cuda/runtime.h"
 
 #include <array>
 #include <mutex>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/pinned_allocator.h"
+#include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
 
 namespace nabla::cuda {
-
-void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
-  if (status == cudaSuccess) [[likely]]
-    return;
-  cudaGetLastError();  // clear the sticky-free error so the process stays usable
-  if (status == cudaErrorMemoryAllocation) {
-    throw OutOfMemoryError(
-        fmt::format("CUDA out of memory in {} at {}:{}: {}", call, file, line, cudaGetErrorString(status)));
-  }
-  throw Error(fmt::format("CUDA error in {} at {}:{}: {} ({})", call, file, line, cudaGetErrorString(status),
-                          cudaGetErrorName(status)));
-}
 
 int device_count() {
   static const int count = [] {
@@ -75,44 +65,31 @@ class DeviceGuard {
   int previous_;
 };
 
-class PlainDeviceAllocator final : public Allocator {
- public:
-  explicit PlainDeviceAllocator(int index) : index_(index) {}
-  DataPtr allocate(size_t nbytes) override {
-    if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, Device::cuda(index_));
-    DeviceGuard guard(index_);
-    void* p = nullptr;
-    NABLA_CUDA_CHECK(cudaMalloc(&p, nbytes));
-    return DataPtr(
-        p, this, [](void*, void* data) { cudaFree(data); }, Device::cuda(index_));
-  }
-
- private:
-  int index_;
-};
 }  // namespace
-
-Allocator& device_allocator(int index) {
-  check_index(index);
-  static std::array<std::unique_ptr<PlainDeviceAllocator>, 128> allocators;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (int i = 0; i < device_count(); ++i) allocators[i] = std::make_unique<PlainDeviceAllocator>(i);
-  });
-  return *allocators[index];
-}
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
   int index = dst_device.is_cuda() ? dst_device.index : src_device.index;
   DeviceGuard guard(index);
-  NABLA_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, cudaMemcpyDefault));
+  // Ordered on the current stream like any kernel. A copy to the host must be complete before
+  // the host reads it, so that (and only that) waits; a copy from pageable host memory is staged
+  // by the driver before cudaMemcpyAsync returns, so the source may be reused at once.
+  Stream stream = current_stream(index);
+  auto s = static_cast<cudaStream_t>(stream.handle());
+  NABLA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
+  if (dst_device.is_cpu()) {
+    stream.synchronize();
+  } else if (src_device.is_cpu()) {
+    // From pinned memory the copy is truly asynchronous: keep the block from reuse until done.
+    record_pinned_use(src, stream);
+  }
 }
 
 void memset_zero(void* dst, Device device, size_t nbytes) {
   if (nbytes == 0) return;
   DeviceGuard guard(device.index);
-  NABLA_CUDA_CHECK(cudaMemset(dst, 0, nbytes));
+  auto s = static_cast<cudaStream_t>(current_stream(device.index).handle());
+  NABLA_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, s));
 }
 
 }  // namespace nabla::cuda

@@ -111,4 +111,20 @@ void randint(const Tensor& out, PhiloxState state, int64_t low, int64_t high) {
   });
 }
 
+// Element i draws the uniform float of block i / 4, lane i % 4 (as uniform() does for floats).
+void bernoulli(const Tensor& out, PhiloxState state, double p) {
+  dispatch(out.dtype(), "bernoulli", [&]<typename T>() {
+    T* ptr = out.data_ptr<T>();
+    for_each_index(out, [&](int64_t i) {
+      auto r = philox::philox4x32_10(state.offset + i / 4, state.seed);
+      bool hit = static_cast<double>(philox::to_uniform_float(r.v[i % 4])) < p;
+      if constexpr (std::is_same_v<T, bool>) {
+        ptr[i] = hit;
+      } else {
+        ptr[i] = static_cast<T>(static_cast<compute_t<T>>(hit ? 1 : 0));
+      }
+    });
+  });
+}
+
 }  // namespace nabla::ops::cpu

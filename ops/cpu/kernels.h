@@ -15,6 +15,8 @@ void arange(const Tensor& out, double start, double step);
 void uniform(const Tensor& out, PhiloxState state, double low, double high);
 void normal(const Tensor& out, PhiloxState state, double mean, double stddev);
 void randint(const Tensor& out, PhiloxState state, int64_t low, int64_t high);
+// out = 1 where the element's uniform float draw is below p, else 0 (any dtype).
+void bernoulli(const Tensor& out, PhiloxState state, double p);
 
 // out = op(in); in and out share a dtype, except comparisons, whose out is bool.
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams params);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One GPU-machine call: the whole test suite, the allocator tests again with expandable segments,
+# then the microbenchmarks; logs under $OUT, short tables last.
+set -uo pipefail
+build=${1:-build/cuda}
+out=${OUT:-/tmp/nabla-gpu}
+mkdir -p "$out"
+[[ -f $build/gpu-bundle.tar.xz ]] && tar -C "$build" -xJf "$build/gpu-bundle.tar.xz"
+export LD_LIBRARY_PATH="$PWD/$build/gpu-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+status=0
+bash "$(dirname "$0")/run-tests.sh" "$build" > "$out/tests.txt" 2>&1 || status=1
+
+NABLA_CUDA_ALLOC_CONF=expandable_segments:true "$build/tests/nabla_cuda_tests" \
+  --gtest_filter='CudaAllocator*:CudaGraph*:CudaRuntime*' > "$out/expandable.log" 2>&1 || status=1
+NABLA_CUDA_ALLOC_CONF=backend:native "$build/tests/nabla_cuda_tests" \
+  --gtest_filter='CudaRuntime*:CudaParityElementwise*' > "$out/native.log" 2>&1 || status=1
+
+for bench in "$build"/bench/nabla_bench_*; do
+  [[ -x $bench ]] || continue
+  echo "== $(basename "$bench")" >> "$out/bench.txt"
+  "$bench" >> "$out/bench.txt" 2>&1 || status=1
+done
+
+cat "$out/tests.txt" | grep -E '^\[  FAILED|Failure|exception' | head -40
+echo "== expandable_segments:true"; tail -3 "$out/expandable.log"
+echo "== backend:native"; tail -3 "$out/native.log"
+cat "$out/bench.txt" 2>/dev/null
+echo; tail -6 "$out/tests.txt"
+exit $status

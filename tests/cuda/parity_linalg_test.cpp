@@ -1,0 +1,224 @@
+// CUDA matrix products (cuBLASLt) against a float64 CPU reference computed from the same
+// (rounded) inputs: mm, bmm, matmul with every rank combination and broadcast, linear with and
+// without bias, for every floating dtype; transposed operands read in place, operands that
+// must be copied first, empty inner dims, TF32 on and off, and gradients.
+//
+// Tolerances: float32 without TF32 rounds only the float32 accumulation (1e-5 relative, plus
+// an absolute part that grows like sqrt(K) for sums of K signed products); TF32 and the 16-bit
+// dtypes round their inputs to about 10 mantissa bits (1e-2).
+#include <cmath>
+
+#include "parity_util.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+Tolerance gemm_tolerance(DType dtype, int64_t k, bool tf32 = false) {
+  const double scale = std::sqrt(static_cast<double>(std::max<int64_t>(k, 1)));
+  double base = 1e-2;
+  if (dtype == kFloat64) base = 1e-12;
+  if (dtype == kFloat32 && !tf32) base = 1e-5;
+  return {base, base * scale};
+}
+
+// Restores the TF32 switch when a test ends, whatever it asserted.
+struct Tf32Guard {
+  bool saved = allow_tf32();
+  ~Tf32Guard() { set_allow_tf32(saved); }
+};
+
+// The product of the CUDA operands' CPU copies, in float64, rounded to the operands' dtype.
+Tensor reference_matmul(const Tensor& a, const Tensor& b) {
+  return matmul(a.cpu().to(kFloat64), b.cpu().to(kFloat64)).to(a.dtype());
+}
+
+Tensor transposed(const Tensor& t) {
+  return t.transpose(-1, -2);
+}
+
+Tensor same(const Tensor& t) {
+  return t;
+}
+
+struct Operands {
+  Shape a, b;
+  std::function<Tensor(const Tensor&)> view_a = same;
+  std::function<Tensor(const Tensor&)> view_b = same;
+};
+
+TEST(CudaParityLinalg, MatmulMatchesTheReferenceForEveryRankLayoutAndDtype) {
+  SKIP_WITHOUT_GPU();
+  Tf32Guard guard;
+  set_allow_tf32(false);
+  const std::vector<std::pair<const char*, Operands>> cases = {
+      {"mm odd sizes", {{37, 53}, {53, 29}}},
+      {"mm a transposed", {{53, 37}, {53, 29}, transposed}},
+      {"mm b transposed (as in linear)", {{37, 53}, {29, 53}, same, transposed}},
+      {"mm both transposed", {{53, 37}, {29, 53}, transposed, transposed}},
+      {"mm large", {{256, 512}, {512, 384}}},
+      {"mm a strided (copied)", {{37, 106}, {53, 29}, [](const Tensor& t) { return t.slice(1, 0, 106, 2); }}},
+      {"mm unaligned offset",
+       {{1, 37 * 53 + 1},
+        {53, 29},
+        [](const Tensor& t) {
+          return t.narrow(1, 1, 37 * 53).view({37, 53});
+        }}},
+      {"bmm", {{6, 17, 33}, {6, 33, 21}}},
+      {"bmm transposed operands", {{6, 33, 17}, {6, 21, 33}, transposed, transposed}},
+      {"batched @ matrix (folded)", {{4, 5, 17, 33}, {33, 21}}},
+      {"matrix @ batched (b broadcast)", {{17, 33}, {4, 33, 21}}},
+      {"broadcast batch dims (host loop)", {{2, 1, 17, 33}, {3, 33, 21}}},
+      {"expanded batch",
+       {{1, 17, 33},
+        {5, 33, 21},
+        [](const Tensor& t) {
+          return t.expand({5, 17, 33});
+        }}},
+      {"vector @ matrix", {{33}, {33, 21}}},
+      {"matrix @ vector", {{17, 33}, {33}}},
+      {"dot", {{33}, {33}}},
+      {"batched @ vector", {{3, 17, 33}, {33}}},
+      {"vector @ batched", {{33}, {3, 33, 21}}},
+      {"rows and columns of one", {{1, 33}, {33, 1}}},
+  };
+  uint64_t seed = test_seed();
+  for (const auto& [name, ops] : cases) {
+    Tensor a64 = random_input(ops.a, ++seed), b64 = random_input(ops.b, ++seed);
+    for (DType dtype : kFloatDTypes) {
+      Tensor a = ops.view_a(to_cuda(a64.to(dtype))), b = ops.view_b(to_cuda(b64.to(dtype)));
+      const int64_t k = b.dim() == 1 ? b.size(0) : b.size(-2);
+      EXPECT_TRUE(matches_cpu(matmul(a, b), reference_matmul(a, b), gemm_tolerance(dtype, k)))
+          << context(name, dtype);
+    }
+  }
+}
+
+TEST(CudaParityLinalg, MmAndBmmMatchTheCpuBackend) {
+  SKIP_WITHOUT_GPU();
+  Tf32Guard guard;
+  set_allow_tf32(false);
+  uint64_t seed = test_seed();
+  for (DType dtype : kFloatDTypes) {
+    Tensor a = random_input({40, 70}, ++seed, dtype), b = random_input({70, 30}, ++seed, dtype);
+    EXPECT_TRUE(matches_cpu(mm(to_cuda(a), to_cuda(b)), mm(a, b), gemm_tolerance(dtype, 70)))
+        << context("mm", dtype);
+    Tensor p = random_input({3, 40, 70}, ++seed, dtype), q = random_input({3, 30, 70}, ++seed, dtype);
+    EXPECT_TRUE(matches_cpu(bmm(to_cuda(p), transposed(to_cuda(q))), bmm(p, transposed(q)),
+                            gemm_tolerance(dtype, 70)))
+        << context("bmm", dtype);
+  }
+}
+
+TEST(CudaParityLinalg, LinearWithAndWithoutBiasMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  Tf32Guard guard;
+  set_allow_tf32(false);
+  uint64_t seed = test_seed();
+  for (const Shape& x_shape : {Shape{64, 120}, Shape{4, 7, 120}, Shape{120}, Shape{1, 120}}) {
+    Tensor x64 = random_input(x_shape, ++seed), w64 = random_input({90, 120}, ++seed),
+           b64 = random_input({90}, ++seed);
+    for (DType dtype : kFloatDTypes) {
+      Tensor x = to_cuda(x64.to(dtype)), w = to_cuda(w64.to(dtype)), bias = to_cuda(b64.to(dtype));
+      Tensor expected = linear(x.cpu().to(kFloat64), w.cpu().to(kFloat64));
+      const Tolerance tol = gemm_tolerance(dtype, 120);
+      EXPECT_TRUE(matches_cpu(linear(x, w), expected.to(dtype), tol)) << context("linear", dtype);
+      Tensor with_bias = (expected + bias.cpu().to(kFloat64)).to(dtype);
+      EXPECT_TRUE(matches_cpu(linear(x, w, bias), with_bias, tol)) << context("linear + bias", dtype);
+      // A strided bias and a transposed input take the same path after a copy / in place.
+      Tensor wide_bias = to_cuda(random_input({90, 2}, seed, dtype)).select(1, 0);
+      Tensor expected_wide = (expected + wide_bias.cpu().to(kFloat64)).to(dtype);
+      EXPECT_TRUE(matches_cpu(linear(x, w, wide_bias), expected_wide, tol)) << context("strided bias", dtype);
+    }
+  }
+}
+
+TEST(CudaParityLinalg, EmptyInnerDimsGiveZerosOrTheBias) {
+  SKIP_WITHOUT_GPU();
+  for (DType dtype : kFloatDTypes) {
+    Tensor a = to_cuda(Tensor::empty({5, 0}, {.dtype = dtype})),
+           b = to_cuda(Tensor::empty({0, 7}, {.dtype = dtype}));
+    EXPECT_TRUE(matches_cpu(matmul(a, b), zeros({5, 7}, {.dtype = dtype}))) << context("k = 0", dtype);
+    Tensor w = to_cuda(Tensor::empty({7, 0}, {.dtype = dtype}));
+    Tensor bias = random_input({7}, test_seed(), dtype);
+    EXPECT_TRUE(matches_cpu(linear(a, w, to_cuda(bias)), bias.expand({5, 7}).contiguous()))
+        << context("linear k = 0", dtype);
+    EXPECT_EQ(
+        matmul(to_cuda(Tensor::empty({0, 4}, {.dtype = dtype})), to_cuda(random_input({4, 3}, 1, dtype)))
+            .sizes(),
+        (Shape{0, 3}));
+  }
+}
+
+TEST(CudaParityLinalg, Tf32IsOffByDefaultAndSwitchable) {
+  SKIP_WITHOUT_GPU();
+  Tf32Guard guard;
+  set_allow_tf32(false);
+  EXPECT_FALSE(allow_tf32());
+  uint64_t seed = test_seed();
+  // Large K makes TF32's 10-bit inputs show: its error is far above float32's.
+  Tensor a = to_cuda(random_input({128, 4096}, ++seed, kFloat32)),
+         b = to_cuda(random_input({4096, 96}, ++seed, kFloat32));
+  Tensor expected = reference_matmul(a, b);
+  Tensor exact = matmul(a, b);
+  EXPECT_TRUE(matches_cpu(exact, expected, gemm_tolerance(kFloat32, 4096)));
+  set_allow_tf32(true);
+  EXPECT_TRUE(allow_tf32());
+  Tensor fast = matmul(a, b);
+  EXPECT_TRUE(matches_cpu(fast, expected, gemm_tolerance(kFloat32, 4096, /*tf32=*/true)));
+  const double exact_error = max(abs(exact - to_cuda(expected))).item<double>();
+  const double fast_error = max(abs(fast - to_cuda(expected))).item<double>();
+  EXPECT_GT(fast_error, 4 * exact_error)
+      << "TF32 on should round the inputs (errors " << fast_error << " vs " << exact_error << ")";
+  // Linear and bmm follow the switch too.
+  Tensor w = to_cuda(random_input({64, 4096}, ++seed, kFloat32));
+  EXPECT_TRUE(matches_cpu(linear(a, w), linear(a.cpu().to(kFloat64), w.cpu().to(kFloat64)).to(kFloat32),
+                          gemm_tolerance(kFloat32, 4096, true)));
+  set_allow_tf32(false);
+  EXPECT_TRUE(matches_cpu(matmul(a, b), expected, gemm_tolerance(kFloat32, 4096)))
+      << "switching back restores float32";
+}
+
+TEST(CudaParityLinalg, GradientsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  Tf32Guard guard;
+  set_allow_tf32(false);
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat32, kFloat64}) {
+    const Tolerance tol = gemm_tolerance(dtype, 64);
+    // matmul with broadcasting and a 1-d operand.
+    for (const auto& [sa, sb] : std::vector<std::pair<Shape, Shape>>{
+             {{3, 17, 33}, {33, 21}}, {{2, 1, 17, 33}, {3, 33, 21}}, {{33}, {4, 33, 21}}, {{17, 33}, {33}}}) {
+      Tensor a0 = random_input(sa, ++seed, dtype), b0 = random_input(sb, ++seed, dtype);
+      Tensor a = a0.detach().requires_grad_(true), b = b0.detach().requires_grad_(true);
+      Tensor ad = to_cuda(a0).requires_grad_(true), bd = to_cuda(b0).requires_grad_(true);
+      Tensor y = matmul(a, b);
+      Tensor g = random_input(y.sizes(), ++seed, dtype);
+      y.backward(g);
+      matmul(ad, bd).backward(to_cuda(g));
+      EXPECT_TRUE(matches_cpu(ad.grad(), a.grad(), tol))
+          << "matmul grad a " << shape_str(sa) << dtype_name(dtype);
+      EXPECT_TRUE(matches_cpu(bd.grad(), b.grad(), tol))
+          << "matmul grad b " << shape_str(sb) << dtype_name(dtype);
+    }
+    // linear with bias.
+    Tensor x0 = random_input({4, 6, 64}, ++seed, dtype), w0 = random_input({20, 64}, ++seed, dtype),
+           b0 = random_input({20}, ++seed, dtype);
+    Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true),
+           b = b0.detach().requires_grad_(true);
+    Tensor xd = to_cuda(x0).requires_grad_(true), wd = to_cuda(w0).requires_grad_(true),
+           bd = to_cuda(b0).requires_grad_(true);
+    Tensor g = random_input({4, 6, 20}, ++seed, dtype);
+    linear(x, w, b).backward(g);
+    linear(xd, wd, bd).backward(to_cuda(g));
+    EXPECT_TRUE(matches_cpu(xd.grad(), x.grad(), tol)) << "linear grad x " << dtype_name(dtype);
+    EXPECT_TRUE(matches_cpu(wd.grad(), w.grad(), gemm_tolerance(dtype, 24)))
+        << "linear grad w " << dtype_name(dtype);
+    EXPECT_TRUE(matches_cpu(bd.grad(), b.grad(), gemm_tolerance(dtype, 24)))
+        << "linear grad bias " << dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace nabla
