@@ -37,13 +37,6 @@ std::pair<nb::Tensor, nb::Tensor> make_spirals(int64_t per_class, nb::Generator&
   return {nb::tensor(xy, {n, 2}).to(nb::kFloat32), nb::tensor(labels)};
 }
 
-// Mean negative log-likelihood of the labels under log_softmax(logits).
-nb::Tensor cross_entropy(const nb::Tensor& logits, const nb::Tensor& labels) {
-  auto logp = nb::log_softmax(logits, 1);                  // (N, 3)
-  auto picked = nb::gather(logp, 1, labels.unsqueeze(1));  // (N, 1)
-  return -picked.mean();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,7 +59,7 @@ int main(int argc, char** argv) {
   for (int step = 0; step <= steps; ++step) {
     auto h = nb::relu(nb::matmul(x, w1) + b1);  // (600, 64)
     auto logits = nb::matmul(h, w2) + b2;       // (600, 3)
-    auto loss = cross_entropy(logits, y);
+    auto loss = nb::cross_entropy(logits, y);  // mean over the batch, from logits
     for (auto& p : params) p.set_grad(nb::Tensor());
     loss.backward();
     {

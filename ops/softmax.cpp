@@ -40,8 +40,8 @@ Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {
       break;
   }
   if (autograd::needs_grad({x})) {
-    // Both gradients need only the output. Known gap: SavedTensor detaches what it saves, so
-    // under create_graph the second derivative misses the path through y.
+    // Both gradients need only the output. Under create_graph the saved output unpacks with its
+    // history (SavedTensor), so second derivatives include the path through y.
     autograd::record(name, {x}, {y}, {y}, [dim, log](autograd::BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
       const Tensor& y = ctx.saved[0];

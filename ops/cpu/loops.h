@@ -16,66 +16,22 @@
 #include <vector>
 
 #include "nabla/core/tensor.h"
+#include "nabla/ops/iteration.h"
 
 namespace nabla::ops::cpu {
+
+using ops::IterationPlan;
+using ops::plan_iteration;
 
 inline constexpr int64_t kParallelGrain = 32768;  // elements below which threads cost more than they save
 
 template <int N>
-struct LoopPlan {
-  Shape sizes;                                  // iteration shape, innermost last
-  std::array<std::vector<int64_t>, N> strides;  // bytes
-  std::array<char*, N> data{};
-  int64_t numel = 0;
-};
+using LoopPlan = IterationPlan<N>;
 
-// operands[0] is the output; the others are broadcast to its shape.
+// operands[0] is the output; the others are broadcast to its shape (see ops/iteration.h).
 template <int N>
 LoopPlan<N> make_plan(const std::array<const Tensor*, N>& operands) {
-  LoopPlan<N> plan;
-  const Tensor& out = *operands[0];
-  const int64_t nd = out.dim();
-  plan.numel = out.numel();
-  std::vector<int64_t> sizes(out.sizes().begin(), out.sizes().end());
-  std::array<std::vector<int64_t>, N> strides;
-  for (int k = 0; k < N; ++k) {
-    const Tensor& t = *operands[k];
-    strides[k].assign(nd, 0);
-    const int64_t off = nd - t.dim();
-    const int64_t item = static_cast<int64_t>(t.itemsize());
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      strides[k][off + d] = t.size(d) == 1 && sizes[off + d] != 1 ? 0 : t.stride(d) * item;
-    }
-    plan.data[k] = static_cast<char*>(t.data_ptr());
-  }
-  // Keep dims of size > 1, ordered by the output's strides, largest first (stable: ties keep
-  // logical order). Then merge neighbours that are contiguous in every operand.
-  std::vector<int64_t> order;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (sizes[d] != 1) order.push_back(d);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return strides[0][a] > strides[0][b]; });
-  std::vector<int64_t> s;
-  std::array<std::vector<int64_t>, N> st;
-  for (int64_t d : order) {
-    bool merge = !s.empty();
-    for (int k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * sizes[d];
-    if (merge) {
-      s.back() *= sizes[d];
-      for (int k = 0; k < N; ++k) st[k].back() = strides[k][d];
-    } else {
-      s.push_back(sizes[d]);
-      for (int k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
-    }
-  }
-  if (s.empty()) {  // a scalar, or all dims of size 1
-    s.push_back(plan.numel == 0 ? 0 : 1);
-    for (int k = 0; k < N; ++k) st[k].push_back(0);
-  }
-  plan.sizes = std::move(s);
-  plan.strides = std::move(st);
-  return plan;
+  return plan_iteration<N>(operands);
 }
 
 // fn(std::array<char*, N> ptrs, int64_t n, const std::array<int64_t, N>& inner_strides)

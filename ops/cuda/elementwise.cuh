@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "nabla/ops/cuda/common.cuh"
+#include "nabla/ops/iteration.h"
 
 namespace nabla::ops::cuda {
 
@@ -108,55 +109,16 @@ struct ElementwisePlan {
   int64_t numel = 0;
 };
 
-// operands[0] is the output; the others broadcast to its shape.
+// operands[0] is the output; the others broadcast to its shape. The host-side planning is
+// shared with the CPU (ops/iteration.h); the device walks dims innermost first, so reverse it.
 template <int N>
 ElementwisePlan<N> make_plan(const std::array<const Tensor*, N>& operands) {
+  IterationPlan<N> shared = plan_iteration<N>(operands);
   ElementwisePlan<N> plan;
-  const Tensor& out = *operands[0];
-  const int64_t nd = out.dim();
-  plan.numel = out.numel();
-  const Shape& sizes = out.sizes();
-  std::array<std::vector<int64_t>, N> strides;
-  for (int k = 0; k < N; ++k) {
-    const Tensor& t = *operands[k];
-    NABLA_ASSERT(t.dim() <= nd, "elementwise operand has more dims than the output");
-    strides[k].assign(nd, 0);
-    const int64_t off = nd - t.dim();
-    const auto item = static_cast<int64_t>(t.itemsize());
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      strides[k][off + d] = t.size(d) == 1 && sizes[off + d] != 1 ? 0 : t.stride(d) * item;
-    }
-    plan.data[k] = static_cast<char*>(t.data_ptr());
-  }
-  // Dims of size > 1 by the output's strides, largest first (stable), then merged where every
-  // operand is contiguous across the pair.
-  std::vector<int64_t> order;
-  for (int64_t d = 0; d < nd; ++d) {
-    if (sizes[d] != 1) order.push_back(d);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return strides[0][a] > strides[0][b]; });
-  std::vector<int64_t> s;
-  std::array<std::vector<int64_t>, N> st;
-  for (int64_t d : order) {
-    bool merge = !s.empty();
-    for (int k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * sizes[d];
-    if (merge) {
-      s.back() *= sizes[d];
-      for (int k = 0; k < N; ++k) st[k].back() = strides[k][d];
-    } else {
-      s.push_back(sizes[d]);
-      for (int k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
-    }
-  }
-  if (s.empty()) {  // one element: call it dense
-    s.push_back(1);
-    for (int k = 0; k < N; ++k) st[k].push_back(static_cast<int64_t>(operands[k]->itemsize()));
-  }
-  std::reverse(s.begin(), s.end());
-  for (int k = 0; k < N; ++k) std::reverse(st[k].begin(), st[k].end());
-  plan.sizes = std::move(s);
-  plan.strides = std::move(st);
+  plan.numel = shared.numel;
+  plan.data = shared.data;
+  plan.sizes.assign(shared.sizes.rbegin(), shared.sizes.rend());
+  for (int k = 0; k < N; ++k) plan.strides[k].assign(shared.strides[k].rbegin(), shared.strides[k].rend());
   return plan;
 }
 

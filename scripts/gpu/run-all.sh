@@ -21,6 +21,12 @@ for bench in "$build"/bench/nabla_bench_*; do
   "$bench" >> "$out/bench.txt" 2>&1 || status=1
 done
 
+# PyTorch beside nabla, in the same call, for the ratios in docs/performance.md.
+if python3 -c 'import torch' 2> /dev/null; then
+  echo "== torch_conv_shapes.py" >> "$out/bench.txt"
+  python3 "$(dirname "$0")/../../bench/torch_conv_shapes.py" >> "$out/bench.txt" 2>&1 || status=1
+fi
+
 cat "$out/tests.txt" | grep -E '^\[  FAILED|Failure|exception' | head -40
 echo "== expandable_segments:true"; tail -3 "$out/expandable.log"
 echo "== backend:native"; tail -3 "$out/native.log"

@@ -133,6 +133,33 @@ TEST(Autograd, CreateGraphGivesSecondDerivatives) {
   EXPECT_TRUE(all_close(x.grad(), x.detach() * 6.0, 1e-12));
 }
 
+// Hessian-vector product through create_graph against a central difference of the gradient.
+::testing::AssertionResult hessian_vector_matches(const std::function<Tensor(const Tensor&)>& f, const Tensor& x0,
+                                                  uint64_t seed) {
+  Tensor u = random_input(x0.sizes(), seed, kFloat64);
+  auto gradient_at = [&](const Tensor& at, bool create_graph) {
+    Tensor x = at.detach().clone().requires_grad_();
+    autograd::backward({f(x).sum()}, {}, {.create_graph = create_graph});
+    return std::make_pair(x, x.grad());
+  };
+  auto [x, g] = gradient_at(x0, true);
+  x.set_grad(Tensor());
+  (g * u).sum().backward();  // H u
+  const double eps = 1e-6;
+  Tensor numeric = (gradient_at(x0 + u * eps, false).second - gradient_at(x0 - u * eps, false).second) / (2 * eps);
+  return all_close(x.grad(), numeric, 1e-5, 1e-6);
+}
+
+TEST(Autograd, SecondDerivativesFlowThroughSavedOutputs) {
+  uint64_t seed = test_seed();
+  Tensor x = random_input({3, 5}, seed, kFloat64);
+  Tensor w = random_input({3, 5}, seed + 1, kFloat64);
+  EXPECT_TRUE(hessian_vector_matches([&](const Tensor& t) { return log_softmax(t, 1) * w; }, x, seed + 2));
+  EXPECT_TRUE(hessian_vector_matches([&](const Tensor& t) { return softmax(t, 0) * w; }, x, seed + 3));
+  EXPECT_TRUE(hessian_vector_matches([&](const Tensor& t) { return tanh(t) * sigmoid(t) * w; }, x, seed + 4));
+  EXPECT_TRUE(hessian_vector_matches([&](const Tensor& t) { return exp(t * 0.5) * t; }, x, seed + 5));
+}
+
 TEST(Autograd, BackwardNeedsAGradientForNonScalarOutputs) {
   Tensor x = random_input({3}, test_seed(), kFloat64, true);
   Tensor y = x * 2.0;

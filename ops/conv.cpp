@@ -1,0 +1,258 @@
+// conv2d front end and the owner of the process-wide cuDNN switches.
+//
+// Layouts. The activations' memory format (x.suggest_memory_format()) decides everything: the
+// output, grad_input and, on CUDA, the format cuDNN runs in. On CUDA a channels_last x runs as
+// NHWC tensors with an NHWC filter: the weight is brought to channels_last too (a copy of the
+// small weight, none when the model's weights are already channels_last, as after PyTorch's
+// model.to(memory_format=channels_last)), and grad_weight comes back in the weight's own
+// layout. Activations are never transposed on CUDA, with one exception: cuDNN has no NHWC
+// float64 convolutions, so float64 runs NCHW and converts (as PyTorch does). The CPU kernels are
+// NCHW only, so there a channels_last input is read through a contiguous copy and the result is
+// converted back, which keeps the API's promise (channels_last in, channels_last out) at the
+// price of two copies.
+//
+// Float16/bfloat16 compute in float32 on the CPU (converted once, rounded once at the end); on
+// CUDA cuDNN takes them as they are and accumulates in float32.
+//
+// Autograd: the backward computes grad_input and grad_weight with the backend's data- and
+// filter-gradient kernels (skipping whichever is not needed) and grad_bias as a sum over
+// (N, H, W). The two kernel gradients have no derivative of their own: a double backward
+// through conv2d fails with a clear error.
+#include "nabla/ops/conv.h"
+
+#include <atomic>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/reduce.h"
+
+namespace nabla {
+
+namespace {
+
+// The cuDNN switches (process-wide; this file is their one owner).
+std::atomic<bool> benchmark_on{false};
+std::atomic<bool> tf32_on{true};
+std::atomic<bool> deterministic_on{false};
+
+ops::cuda::CudnnSettings cudnn_settings() {
+  return {.benchmark = cudnn_benchmark(),
+          .allow_tf32 = cudnn_allow_tf32(),
+          .deterministic = cudnn_deterministic()};
+}
+
+std::string pair_str(Pair2 p) {
+  return fmt::format("({}, {})", p[0], p[1]);
+}
+
+// Validates the arguments and returns the output's shape (N, O, Ho, Wo).
+Shape check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
+  const char* op = "conv2d";
+  ops::check_defined(op, x, "input");
+  ops::check_defined(op, w, "weight");
+  ops::check_same_device(op, {x, w, bias});
+  NABLA_CHECK(x.dim() == 4, "conv2d: expected a 4-d input (N, C, H, W), got {}", describe(x));
+  NABLA_CHECK(w.dim() == 4,
+              "conv2d: expected a 4-d weight (out_channels, in_channels / groups, kH, kW), got {}",
+              describe(w));
+  NABLA_CHECK(x.is_floating_point(), "conv2d: expected a floating-point input, got {}; convert it with .to()",
+              describe(x));
+  NABLA_CHECK(w.dtype() == x.dtype(),
+              "conv2d: input {} and weight {} must have one dtype; convert one with .to()", describe(x),
+              describe(w));
+  NABLA_CHECK(o.groups >= 1, "conv2d: groups must be positive, got {}", o.groups);
+  for (int i = 0; i < 2; ++i) {
+    NABLA_CHECK(o.stride[i] >= 1, "conv2d: stride must be positive, got {}", pair_str(o.stride));
+    NABLA_CHECK(o.padding[i] >= 0, "conv2d: padding must be non-negative, got {}", pair_str(o.padding));
+    NABLA_CHECK(o.dilation[i] >= 1, "conv2d: dilation must be positive, got {}", pair_str(o.dilation));
+  }
+  const int64_t c = x.size(1), out_channels = w.size(0), kh = w.size(2), kw = w.size(3);
+  NABLA_CHECK(kh >= 1 && kw >= 1 && w.size(1) >= 1, "conv2d: weight {} has an empty kernel", describe(w));
+  NABLA_CHECK(c % o.groups == 0, "conv2d: groups={} does not divide the {} channels of input {}", o.groups, c,
+              describe(x));
+  NABLA_CHECK(out_channels % o.groups == 0,
+              "conv2d: groups={} does not divide the {} output channels of weight {}", o.groups, out_channels,
+              describe(w));
+  NABLA_CHECK(
+      w.size(1) * o.groups == c,
+      "conv2d: input {} has {} channels, but weight {} with groups={} expects {} (weight.size(1) * groups)",
+      describe(x), c, describe(w), o.groups, w.size(1) * o.groups);
+  if (bias.defined()) {
+    NABLA_CHECK(bias.dtype() == x.dtype(), "conv2d: bias {} must have the input's dtype {}", describe(bias),
+                dtype_name(x.dtype()));
+    NABLA_CHECK(bias.dim() == 1 && bias.size(0) == out_channels,
+                "conv2d: expected a bias of shape [{}] for weight {}, got {}", out_channels, describe(w),
+                describe(bias));
+  }
+  Shape out{x.size(0), out_channels, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t padded = x.size(2 + i) + 2 * o.padding[i];
+    const int64_t kernel = o.dilation[i] * (w.size(2 + i) - 1) + 1;
+    NABLA_CHECK(padded >= kernel,
+                "conv2d: input {} is too small for weight {}: the padded input is {} x {} but the (dilated) "
+                "kernel is {} x {}",
+                describe(x), describe(w), x.size(2) + 2 * o.padding[0], x.size(3) + 2 * o.padding[1],
+                o.dilation[0] * (kh - 1) + 1, o.dilation[1] * (kw - 1) + 1);
+    out[2 + i] = (padded - kernel) / o.stride[i] + 1;
+  }
+  return out;
+}
+
+ops::ConvParams params_of(const Conv2dOptions& o) {
+  return {.stride = o.stride.values,
+          .padding = o.padding.values,
+          .dilation = o.dilation.values,
+          .groups = o.groups};
+}
+
+Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
+  return Tensor::empty(sizes, {.dtype = like.dtype(), .device = like.device(), .memory_format = format});
+}
+
+// The layout cuDNN runs in for activations of `format`: NCHW for float64 (no NHWC kernels).
+MemoryFormat cudnn_format(MemoryFormat format, DType dtype) {
+  return dtype == kFloat64 ? MemoryFormat::Contiguous : format;
+}
+
+Tensor to_float32(const Tensor& t) {
+  return t.defined() ? t.to(kFloat32) : t;
+}
+
+// y = conv(x, w) + bias in x's memory format. Records no history.
+Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::ConvParams& p,
+               const Shape& out) {
+  NoGradGuard no_grad;
+  const MemoryFormat format = x.suggest_memory_format();
+  if (x.is_cpu() && is_reduced_float(x.dtype())) {
+    return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out).to(x.dtype());
+  }
+  const Tensor b = bias.defined() ? bias.contiguous() : bias;
+  switch (x.device().type) {
+    case DeviceType::CPU: {
+      Tensor y = empty_in(out, x, MemoryFormat::Contiguous);
+      ops::cpu::conv2d_forward(x.contiguous(), w.contiguous(), b, y, p);
+      return y.contiguous(format);
+    }
+    case DeviceType::CUDA: {
+      const MemoryFormat run = cudnn_format(format, x.dtype());
+      Tensor y = empty_in(out, x, run);
+      if (y.numel() > 0)
+        ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, cudnn_settings());
+      return y.contiguous(format);
+    }
+  }
+  __builtin_unreachable();
+}
+
+// The gradient with respect to the input (shape `x_sizes`, layout `format`). Records no history.
+Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
+                      const ops::ConvParams& p) {
+  NoGradGuard no_grad;
+  if (w.is_cpu() && is_reduced_float(w.dtype())) {
+    return input_gradient(grad_y.to(kFloat32), w.to(kFloat32), x_sizes, format, p).to(w.dtype());
+  }
+  switch (w.device().type) {
+    case DeviceType::CPU: {
+      Tensor gx = empty_in(x_sizes, w, MemoryFormat::Contiguous);
+      ops::cpu::conv2d_backward_input(grad_y.contiguous(), w.contiguous(), gx, p);
+      return gx.contiguous(format);
+    }
+    case DeviceType::CUDA: {
+      const MemoryFormat run = cudnn_format(format, w.dtype());
+      Tensor gx = empty_in(x_sizes, w, run);
+      if (gx.numel() > 0) {
+        ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p, cudnn_settings());
+      }
+      return gx.contiguous(format);
+    }
+  }
+  __builtin_unreachable();
+}
+
+// The gradient with respect to the weight, in the weight's layout. Records no history.
+Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, const ops::ConvParams& p) {
+  NoGradGuard no_grad;
+  if (x.is_cpu() && is_reduced_float(x.dtype())) {
+    return weight_gradient(grad_y.to(kFloat32), x.to(kFloat32), w, p).to(w.dtype());
+  }
+  const MemoryFormat w_format = w.suggest_memory_format();
+  switch (x.device().type) {
+    case DeviceType::CPU: {
+      Tensor gw = empty_in(w.sizes(), x, MemoryFormat::Contiguous);
+      ops::cpu::conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), gw, p);
+      return gw.contiguous(w_format);
+    }
+    case DeviceType::CUDA: {
+      const MemoryFormat format = cudnn_format(x.suggest_memory_format(), x.dtype());
+      if (x.size(0) == 0)
+        return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
+      Tensor gw = empty_in(w.sizes(), x, format);
+      ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p,
+                                        cudnn_settings());
+      return gw.contiguous(w_format);
+    }
+  }
+  __builtin_unreachable();
+}
+
+// Marks a gradient computed by a backward kernel as having no derivative of its own.
+void refuse_double_backward(const Tensor& result, const TensorList& inputs, const char* name) {
+  if (!autograd::needs_grad(inputs)) return;
+  autograd::record(name, inputs, {result}, {}, [name](autograd::BackwardContext&) -> TensorList {
+    NABLA_CHECK(false, "{}: double backward through conv2d is not supported", name);
+    return {};
+  });
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+  const Shape out = check_conv2d(x, weight, bias, options);
+  const ops::ConvParams p = params_of(options);
+  Tensor y = forward(x, weight, bias, p, out);
+  if (autograd::needs_grad({x, weight, bias})) {
+    autograd::record("conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight},
+                     [p](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
+                       const Tensor& x = ctx.saved[0];
+                       const Tensor& w = ctx.saved[1];
+                       Tensor grad_x, grad_w, grad_b;
+                       if (ctx.needs(0)) {
+                         grad_x = input_gradient(g, w, x.sizes(), x.suggest_memory_format(), p);
+                         refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
+                       }
+                       if (ctx.needs(1)) {
+                         grad_w = weight_gradient(g, x, w, p);
+                         refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
+                       }
+                       if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
+                       return TensorList{grad_x, grad_w, grad_b};
+                     });
+  }
+  return y;
+}
+
+void set_cudnn_benchmark(bool benchmark) {
+  benchmark_on.store(benchmark, std::memory_order_relaxed);
+}
+bool cudnn_benchmark() {
+  return benchmark_on.load(std::memory_order_relaxed);
+}
+void set_cudnn_allow_tf32(bool allow) {
+  tf32_on.store(allow, std::memory_order_relaxed);
+}
+bool cudnn_allow_tf32() {
+  return tf32_on.load(std::memory_order_relaxed);
+}
+void set_cudnn_deterministic(bool deterministic) {
+  deterministic_on.store(deterministic, std::memory_order_relaxed);
+}
+bool cudnn_deterministic() {
+  return deterministic_on.load(std::memory_order_relaxed);
+}
+
+}  // namespace nabla

@@ -1,0 +1,53 @@
+// Public header. 2-d convolution (cross-correlation, as in PyTorch): im2col + Eigen GEMM on the
+// CPU, cuDNN on CUDA.
+//
+//   Tensor y = nabla::conv2d(x, w);                                      // stride 1, no padding
+//   Tensor y = nabla::conv2d(x, w, b, {.stride = 2, .padding = 1});      // one value for H and W
+//   Tensor y = nabla::conv2d(x, w, {}, {.padding = {1, 2}, .groups = 4});  // (H, W) pairs
+//
+// x (N, C, H, W), weight (O, C / groups, kH, kW), bias (O) or undefined; the output is
+// (N, O, Ho, Wo) with Ho = (H + 2 pH - dH (kH - 1) - 1) / sH + 1 (likewise Wo). A channels_last
+// input gives a channels_last output. Float16/bfloat16 accumulate in float32 (on the CPU they
+// compute in float32 and round once).
+//
+// cuDNN settings (process-wide, as PyTorch's torch.backends.cudnn.*):
+//   set_cudnn_benchmark(true)      time every algorithm once per convolution shape and keep the
+//                                  fastest (the first call of each shape is slow); off by
+//                                  default: cuDNN's heuristics pick without running anything.
+//   set_cudnn_allow_tf32(false)    float32 convolutions without TensorFloat-32 (on by default
+//                                  for convolutions, as in PyTorch; matmul has its own switch).
+//   set_cudnn_deterministic(true)  only algorithms that give bit-identical results run to run.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "nabla/core/tensor.h"
+
+namespace nabla {
+
+// A (height, width) pair that also accepts one value for both: `.stride = 2` or `.stride = {2, 1}`.
+struct Pair2 {
+  constexpr Pair2(int64_t both) : values{both, both} {}  // NOLINT(google-explicit-constructor)
+  constexpr Pair2(int64_t height, int64_t width) : values{height, width} {}
+  constexpr int64_t operator[](size_t i) const { return values[i]; }
+  std::array<int64_t, 2> values;
+};
+
+struct Conv2dOptions {
+  Pair2 stride{1};
+  Pair2 padding{0};  // zeros added on both sides
+  Pair2 dilation{1};
+  int64_t groups = 1;  // C and O split into this many independent convolutions
+};
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
+
+void set_cudnn_benchmark(bool benchmark);
+bool cudnn_benchmark();
+void set_cudnn_allow_tf32(bool allow);
+bool cudnn_allow_tf32();
+void set_cudnn_deterministic(bool deterministic);
+bool cudnn_deterministic();
+
+}  // namespace nabla

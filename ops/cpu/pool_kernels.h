@@ -1,0 +1,22 @@
+// Internal. CPU kernels for 2-d max, average and adaptive average pooling. The front end
+// (ops/pool.cpp) validates, computes the geometry and allocates; these only compute. Every
+// tensor is 4-d and dense in one memory format (NCHW or NHWC), the same for all of a call.
+#pragma once
+
+#include "nabla/core/tensor.h"
+#include "nabla/ops/pool_window.h"
+
+namespace nabla::ops::cpu {
+
+// out (N, C, OH, OW) = the max of each window of x; indices (int64, out's shape) = the position
+// h * W + w of that max in its (H, W) plane. Ties give the first; the first NaN wins.
+void max_pool2d(const Tensor& x, const PoolGeometry& g, const Tensor& out, const Tensor& indices);
+// grad_input (N, C, H, W) = the sum of grad over the outputs whose index points at each element.
+void max_pool2d_backward(const Tensor& grad, const Tensor& indices, const PoolGeometry& g,
+                         const Tensor& grad_input);
+// Avg and AdaptiveAvg: out = the mean of each window (see avg_divisor in pool_window.h).
+void avg_pool2d(const Tensor& x, const PoolGeometry& g, const Tensor& out);
+// grad_input = the sum over covering windows of grad / divisor.
+void avg_pool2d_backward(const Tensor& grad, const PoolGeometry& g, const Tensor& grad_input);
+
+}  // namespace nabla::ops::cpu

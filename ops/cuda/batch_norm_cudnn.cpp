@@ -1,0 +1,347 @@
+// CUDA batch norm on cuDNN, and the choice between cuDNN and nabla's own kernels.
+//
+// Note [cuDNN batch norm]
+// x reaches us dense, contiguous or channels_last (the front end sees to it), and is described
+// to cuDNN as it is: a contiguous (N, C, *) as NCHW (N, C, prod(*), 1), a channels_last
+// (N, C, H, W) as NHWC, so nothing is transposed.
+//  - Training, contiguous: cudnnBatchNormalizationForwardTraining / Backward with
+//    CUDNN_BATCHNORM_SPATIAL.
+//  - Training, channels_last: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in
+//    CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's fast NHWC kernels) for float16/float32,
+//    and CUDNN_BATCHNORM_SPATIAL for float64. Its reserve space goes to the backward.
+//  - Eval: cudnnBatchNormalizationForwardInference, CUDNN_BATCHNORM_SPATIAL (cuDNN has no eval
+//    backward; the front end writes that one with ops).
+//  - Fused (batch_norm_relu / batch_norm_add_relu, channels_last float16/bfloat16, training):
+//    the Ex API in SPATIAL_PERSISTENT mode with bnOps BN_ACTIVATION or BN_ADD_ACTIVATION and a
+//    ReLU activation descriptor; workspace and reserve sizes come from the matching Get*Size
+//    calls.
+// cuDNN saves the batch mean and the inverse standard deviation, the same pair as nabla's
+// kernels, and updates the running variance with the unbiased batch variance, as PyTorch does.
+//
+// Where cuDNN does not go: bfloat16 outside the fused call (as in PyTorch, whose cuDNN path
+// leaves bfloat16 out), batches past cuDNN's limits (N > 880801 in training, > 65535 in eval),
+// more than 2^31 elements, and any call cuDNN answers with a NOT_SUPPORTED status (checked
+// before it runs anything). Those run on nabla's kernels (batch_norm.cu) with the same results;
+// a fused call that cuDNN refuses is composed from the unfused ops by the front end. Nothing is
+// ever silently skipped: any other cuDNN status throws.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <climits>
+
+#include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/handles.h"
+#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/norm_kernels.h"
+
+namespace nabla::ops::cuda {
+
+namespace {
+
+// Sets the device for a scope: the cuDNN handle belongs to the current device.
+class CurrentDevice {
+ public:
+  explicit CurrentDevice(int index) {
+    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != index) NABLA_CUDA_CHECK(cudaSetDevice(index));
+  }
+  ~CurrentDevice() { cudaSetDevice(previous_); }
+  CurrentDevice(const CurrentDevice&) = delete;
+  CurrentDevice& operator=(const CurrentDevice&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class TensorDesc {
+ public:
+  TensorDesc() { NABLA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_)); }
+  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
+  TensorDesc(const TensorDesc&) = delete;
+  TensorDesc& operator=(const TensorDesc&) = delete;
+  cudnnTensorDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnTensorDescriptor_t desc_ = nullptr;
+};
+
+class ReluDesc {
+ public:
+  ReluDesc() {
+    NABLA_CUDNN_CHECK(cudnnCreateActivationDescriptor(&desc_));
+    NABLA_CUDNN_CHECK(cudnnSetActivationDescriptor(desc_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~ReluDesc() { cudnnDestroyActivationDescriptor(desc_); }
+  ReluDesc(const ReluDesc&) = delete;
+  ReluDesc& operator=(const ReluDesc&) = delete;
+  cudnnActivationDescriptor_t get() const { return desc_; }
+
+ private:
+  cudnnActivationDescriptor_t desc_ = nullptr;
+};
+
+// True when cuDNN ran the call; false when it answered NOT_SUPPORTED (it then ran nothing).
+// Any other failure throws.
+bool ran(cudnnStatus_t status, const char* call, int line) {
+  if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  nabla::cuda::check_cudnn(status, call, __FILE__, line);
+  return true;
+}
+#define NABLA_CUDNN_RAN(call) ran((call), #call, __LINE__)
+
+cudnnDataType_t cudnn_type(DType dtype) {
+  switch (dtype) {
+    case kFloat16:
+      return CUDNN_DATA_HALF;
+    case kBFloat16:
+      return CUDNN_DATA_BFLOAT16;
+    case kFloat64:
+      return CUDNN_DATA_DOUBLE;
+    default:
+      return CUDNN_DATA_FLOAT;
+  }
+}
+
+bool is_nhwc(const Tensor& x) {
+  return x.dim() == 4 && !x.is_contiguous();
+}
+
+// Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
+bool cudnn_can_take(const Tensor& x, bool training, double eps) {
+  const int64_t limit = training ? 880801 : 65535;
+  if (x.dtype() == kBFloat16 || x.size(0) > limit || x.numel() >= INT_MAX) return false;
+  if (eps < CUDNN_BN_MIN_EPSILON) return false;
+  return true;
+}
+
+// The scaling factors cuDNN blends with: double for float64 data, float otherwise.
+struct Blend {
+  double one_d = 1.0, zero_d = 0.0;
+  float one_f = 1.0f, zero_f = 0.0f;
+  bool is_double;
+  explicit Blend(DType dtype) : is_double(dtype == kFloat64) {}
+  const void* one() const { return is_double ? static_cast<const void*>(&one_d) : &one_f; }
+  const void* zero() const { return is_double ? static_cast<const void*>(&zero_d) : &zero_f; }
+};
+
+// The descriptors of one call: x (also y, dy, dx, z) and the per-channel tensors.
+struct Descs {
+  TensorDesc x, param;
+  Descs(const Tensor& t, cudnnBatchNormMode_t mode) {
+    const int n = static_cast<int>(t.size(0)), c = static_cast<int>(t.size(1));
+    if (is_nhwc(t)) {
+      NABLA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NHWC, cudnn_type(t.dtype()), n, c,
+                                                   static_cast<int>(t.size(2)), static_cast<int>(t.size(3))));
+    } else {
+      const int s = static_cast<int>(t.numel() / (t.size(0) * t.size(1)));
+      NABLA_CUDNN_CHECK(
+          cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NCHW, cudnn_type(t.dtype()), n, c, s, 1));
+    }
+    NABLA_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param.get(), x.get(), mode));
+  }
+};
+
+void* ptr_or_null(const Tensor& t) {
+  return t.defined() && t.numel() > 0 ? t.data_ptr() : nullptr;
+}
+
+Tensor bytes_on(const Tensor& like, size_t bytes) {
+  return Tensor::empty({static_cast<int64_t>(bytes)}, {.dtype = kUInt8, .device = like.device()});
+}
+
+Tensor filled_params(const Tensor& x, DType dtype, double value) {
+  Tensor t = Tensor::empty({x.size(1)}, {.dtype = dtype, .device = x.device()});
+  fill(t, value);
+  return t;
+}
+
+// weight and bias for cuDNN, which needs both: ones and zeros stand in for undefined ones.
+std::pair<Tensor, Tensor> affine_params(const BatchNormInputs& in, DType param) {
+  return {in.weight.defined() ? in.weight : filled_params(in.x, param, 1.0),
+          in.bias.defined() ? in.bias : filled_params(in.x, param, 0.0)};
+}
+
+// The Ex training forward (OPS_BN, or a fused op when `act` is given). Returns the reserve
+// space, or nullopt when cuDNN does not support the configuration.
+std::optional<Tensor> forward_ex(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
+                                 const BatchNormStats& stats, double momentum, double eps,
+                                 cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const ReluDesc* act) {
+  const Tensor& x = in.x;
+  cudnnHandle_t handle = nabla::cuda::cudnn_handle();
+  const Descs d(x, mode);
+  const cudnnTensorDescriptor_t z_desc = z.defined() ? d.x.get() : nullptr;
+  const cudnnActivationDescriptor_t act_desc = act ? act->get() : nullptr;
+  size_t workspace_bytes = 0, reserve_bytes = 0;
+  // A configuration cuDNN cannot run can also show up as BAD_PARAM in the size queries.
+  cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+      handle, mode, ops, d.x.get(), z_desc, d.x.get(), d.param.get(), act_desc, &workspace_bytes);
+  if (status == CUDNN_STATUS_BAD_PARAM && act) return std::nullopt;
+  if (!NABLA_CUDNN_RAN(status)) return std::nullopt;
+  status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, ops, act_desc, d.x.get(),
+                                                                &reserve_bytes);
+  if (status == CUDNN_STATUS_BAD_PARAM && act) return std::nullopt;
+  if (!NABLA_CUDNN_RAN(status)) return std::nullopt;
+  Tensor workspace = bytes_on(x, workspace_bytes), reserve = bytes_on(x, reserve_bytes);
+  const auto [w, b] = affine_params(in, stats.mean.dtype());
+  const Blend blend(x.dtype());
+  if (!NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardTrainingEx(
+          handle, mode, ops, blend.one(), blend.zero(), d.x.get(), x.data_ptr(), z_desc, ptr_or_null(z),
+          d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(), momentum,
+          ptr_or_null(in.running_mean), ptr_or_null(in.running_var), eps, stats.mean.data_ptr(),
+          stats.invstd.data_ptr(), act_desc, ptr_or_null(workspace), workspace_bytes, ptr_or_null(reserve),
+          reserve_bytes))) {
+    return std::nullopt;
+  }
+  return reserve;
+}
+
+// Scratch (C) tensors for the gradients cuDNN always writes but the caller did not ask for.
+BatchNormGrads with_all_param_grads(const BatchNormGrads& g, const Tensor& x, const BatchNormStats& stats) {
+  BatchNormGrads all = g;
+  const auto param_empty = [&] { return Tensor::empty({x.size(1)}, stats.mean.options()); };
+  if (!all.dx.defined())
+    all.dx = Tensor::empty(
+        x.sizes(), {.dtype = x.dtype(),
+                    .device = x.device(),
+                    .memory_format = is_nhwc(x) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous});
+  if (!all.dweight.defined()) all.dweight = param_empty();
+  if (!all.dbias.defined()) all.dbias = param_empty();
+  return all;
+}
+
+// The Ex backward; y, bias and dz only for the fused ops. Returns false when not supported.
+bool backward_ex(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias,
+                 const BatchNormStats& stats, const Tensor& reserve, double eps, cudnnBatchNormMode_t mode,
+                 cudnnBatchNormOps_t ops, const ReluDesc* act, const BatchNormGrads& g) {
+  cudnnHandle_t handle = nabla::cuda::cudnn_handle();
+  const Descs d(x, mode);
+  const cudnnTensorDescriptor_t y_desc = y.defined() ? d.x.get() : nullptr;
+  const cudnnTensorDescriptor_t dz_desc = g.dresidual.defined() ? d.x.get() : nullptr;
+  const cudnnActivationDescriptor_t act_desc = act ? act->get() : nullptr;
+  size_t workspace_bytes = 0;
+  if (!NABLA_CUDNN_RAN(cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+          handle, mode, ops, d.x.get(), y_desc, d.x.get(), dz_desc, d.x.get(), d.param.get(), act_desc,
+          &workspace_bytes))) {
+    return false;
+  }
+  Tensor workspace = bytes_on(x, workspace_bytes);
+  const Blend blend(x.dtype());
+  return NABLA_CUDNN_RAN(cudnnBatchNormalizationBackwardEx(
+      handle, mode, ops, blend.one(), blend.zero(), blend.one(), blend.zero(), d.x.get(), x.data_ptr(),
+      y_desc, ptr_or_null(y), d.x.get(), dy.data_ptr(), dz_desc, ptr_or_null(g.dresidual), d.x.get(),
+      g.dx.data_ptr(), d.param.get(), weight.data_ptr(), ptr_or_null(bias), g.dweight.data_ptr(),
+      g.dbias.data_ptr(), eps, stats.mean.data_ptr(), stats.invstd.data_ptr(), act_desc,
+      ptr_or_null(workspace), workspace_bytes, ptr_or_null(reserve),
+      reserve.defined() ? reserve.nbytes() : 0));
+}
+
+}  // namespace
+
+BatchNormForward batch_norm_forward(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                                    double momentum, double eps) {
+  const Tensor& x = in.x;
+  if (cudnn_can_take(x, /*training=*/true, eps)) {
+    CurrentDevice device(x.device().index);
+    if (is_nhwc(x)) {
+      // Persistent first where the dtype allows it, then plain spatial.
+      for (bool persistent : {x.dtype() != kFloat64, false}) {
+        const auto mode = persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+        std::optional<Tensor> reserve =
+            forward_ex(in, Tensor(), y, stats, momentum, eps, mode, CUDNN_BATCHNORM_OPS_BN, nullptr);
+        if (reserve) return {.impl = BatchNormImpl::CudnnEx, .reserve = *reserve, .persistent = persistent};
+        if (!persistent) break;
+      }
+    } else {
+      const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
+      const auto [w, b] = affine_params(in, stats.mean.dtype());
+      const Blend blend(x.dtype());
+      if (NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardTraining(
+              nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), d.x.get(),
+              x.data_ptr(), d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(), momentum,
+              ptr_or_null(in.running_mean), ptr_or_null(in.running_var), eps, stats.mean.data_ptr(),
+              stats.invstd.data_ptr()))) {
+        return {.impl = BatchNormImpl::Cudnn, .reserve = Tensor(), .persistent = false};
+      }
+    }
+  }
+  batch_norm_forward_kernel(in, y, stats, momentum, eps);
+  return {.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
+}
+
+void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps) {
+  const Tensor& x = in.x;
+  if (x.numel() == 0) return;
+  if (cudnn_can_take(x, /*training=*/false, eps)) {
+    CurrentDevice device(x.device().index);
+    const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
+    const auto [w, b] = affine_params(in, in.running_mean.dtype());
+    const Blend blend(x.dtype());
+    if (NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardInference(
+            nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), d.x.get(),
+            x.data_ptr(), d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(),
+            in.running_mean.data_ptr(), in.running_var.data_ptr(), eps))) {
+      return;
+    }
+  }
+  batch_norm_inference_kernel(in, y, eps);
+}
+
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
+                         const BatchNormForward& forward, double eps, const BatchNormGrads& grads) {
+  if (forward.impl != BatchNormImpl::Kernel) {
+    CurrentDevice device(x.device().index);
+    const BatchNormGrads g = with_all_param_grads(grads, x, stats);
+    const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
+    if (forward.impl == BatchNormImpl::CudnnEx) {
+      const auto mode = forward.persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+      if (backward_ex(dy, x, Tensor(), w, Tensor(), stats, forward.reserve, eps, mode, CUDNN_BATCHNORM_OPS_BN,
+                      nullptr, g)) {
+        return;
+      }
+    } else {
+      const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
+      const Blend blend(x.dtype());
+      if (NABLA_CUDNN_RAN(cudnnBatchNormalizationBackward(
+              nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), blend.one(),
+              blend.zero(), d.x.get(), x.data_ptr(), d.x.get(), dy.data_ptr(), d.x.get(), g.dx.data_ptr(),
+              d.param.get(), w.data_ptr(), g.dweight.data_ptr(), g.dbias.data_ptr(), eps,
+              stats.mean.data_ptr(), stats.invstd.data_ptr()))) {
+        return;
+      }
+    }
+  }
+  // The saved mean and inverse std are the same pair whichever path made them.
+  batch_norm_backward_kernel(dy, x, weight, stats, grads);
+}
+
+std::optional<Tensor> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
+                                               const BatchNormStats& stats, double momentum, double eps) {
+  const Tensor& x = in.x;
+  if (x.size(0) > 880801 || x.numel() >= INT_MAX || eps < CUDNN_BN_MIN_EPSILON) return std::nullopt;
+  CurrentDevice device(x.device().index);
+  const ReluDesc relu;
+  const auto ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  return forward_ex(in, z, y, stats, momentum, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &relu);
+}
+
+void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, double eps,
+                               const BatchNormGrads& grads) {
+  CurrentDevice device(s.x.device().index);
+  const ReluDesc relu;
+  const auto ops = s.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  if (backward_ex(dy, s.x, s.y, s.weight, s.bias, s.stats, s.reserve, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
+                  ops, &relu, grads)) {
+    return;
+  }
+  // cuDNN ran the forward but refuses its backward: the ReLU's gradient, then nabla's kernel.
+  const Tensor masked = grads.dresidual.defined()
+                            ? grads.dresidual
+                            : Tensor::empty(dy.sizes(), {.dtype = dy.dtype(),
+                                                         .device = dy.device(),
+                                                         .memory_format = MemoryFormat::ChannelsLast});
+  binary(BinaryOp::ThresholdBackward, dy, s.y, masked, 1.0);
+  batch_norm_backward_kernel(masked, s.x, s.weight, s.stats,
+                             {grads.dx, Tensor(), grads.dweight, grads.dbias});
+}
+
+}  // namespace nabla::ops::cuda

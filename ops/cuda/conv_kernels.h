@@ -1,0 +1,36 @@
+// Internal. CUDA convolution entry points (cuDNN), in plain C++ so front ends compile without
+// nvcc. The front end validates and allocates; x (or grad_x), w (or grad_w) and y (or grad_y)
+// arrive dense in one memory format, NCHW (contiguous) or NHWC (channels_last), which becomes
+// the cuDNN tensor and filter format. float32, float64, float16 and bfloat16 (float32
+// accumulation). Every call runs on the current stream of the tensors' device; none
+// synchronizes the host, except the one-time algorithm search of benchmark mode.
+#pragma once
+
+#include "nabla/core/tensor.h"
+#include "nabla/ops/cpu/conv_kernels.h"
+
+namespace nabla::ops::cuda {
+
+// The process-wide cuDNN switches (owned by ops/conv.cpp), read once per call.
+struct CudnnSettings {
+  bool benchmark = false;      // cudnnFind*AlgorithmEx once per shape instead of heuristics
+  bool allow_tf32 = true;      // float32 may use TensorFloat-32 tensor cores
+  bool deterministic = false;  // only algorithms with run-to-run identical results
+};
+
+// y = conv(x, w) + bias (bias (O) or undefined).
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const ConvParams& p, const CudnnSettings& settings);
+// grad_x = the gradient of conv(x, w) with respect to x; overwrites grad_x.
+void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
+                           const CudnnSettings& settings);
+// grad_w = the gradient with respect to w, summed over the batch; overwrites grad_w.
+void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
+                            const CudnnSettings& settings);
+
+// Forgets every cached algorithm choice (tests; a changed workspace budget).
+void clear_conv_algorithm_cache();
+// How many (shape, direction, settings) choices are cached.
+size_t conv_algorithm_cache_size();
+
+}  // namespace nabla::ops::cuda

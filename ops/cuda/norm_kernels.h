@@ -1,0 +1,76 @@
+// Internal. CUDA entry points for batch norm and layer norm, in plain C++ so front ends compile
+// without nvcc. Same tensor contracts as ops/cpu/norm_kernels.h. Everything runs on the current
+// stream of x's device and never synchronizes.
+//
+// A training-mode batch norm forward runs on cuDNN where cuDNN supports the call and on nabla's
+// own kernels otherwise (Note [cuDNN batch norm] in batch_norm_cudnn.cpp); it reports which, and
+// its backward must be given that report back, because cuDNN's backward needs the matching mode
+// and, for the Ex API, the reserve space that the forward filled.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "nabla/core/tensor.h"
+#include "nabla/ops/cpu/norm_kernels.h"
+
+namespace nabla::ops::cuda {
+
+using BatchNormInputs = cpu::BatchNormInputs;
+using BatchNormStats = cpu::BatchNormStats;
+
+enum class BatchNormImpl : uint8_t {
+  Kernel,   // nabla's kernels (batch_norm.cu)
+  Cudnn,    // cudnnBatchNormalizationForwardTraining / Backward, CUDNN_BATCHNORM_SPATIAL
+  CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
+};
+
+struct BatchNormForward {
+  BatchNormImpl impl = BatchNormImpl::Kernel;
+  Tensor reserve;           // uint8 cuDNN reserve space (CudnnEx only)
+  bool persistent = false;  // CudnnEx mode: SPATIAL_PERSISTENT rather than SPATIAL
+};
+
+// Gradients of batch norm. The backward entry points write every defined one; the CUDA
+// training backward writes all of dx, dweight and dbias (cuDNN always computes all three).
+struct BatchNormGrads {
+  Tensor dx, dresidual, dweight, dbias;
+};
+
+BatchNormForward batch_norm_forward(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                                    double momentum, double eps);
+void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps);
+void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
+                         const BatchNormForward& forward, double eps, const BatchNormGrads& grads);
+
+// nabla's own kernels, used when cuDNN cannot run a call (also by batch_norm_backward for
+// forwards that ran on them). Same contracts as the CPU kernels.
+void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                               double momentum, double eps);
+void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, double eps);
+void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                const BatchNormStats& stats, const BatchNormGrads& grads);
+
+// The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined) in one
+// cuDNN Ex call. x, z and y are channels_last float16/bfloat16; weight and bias are defined.
+// Returns the reserve space, or nullopt, having written nothing, when cuDNN cannot run this
+// configuration (the caller then composes the unfused ops).
+std::optional<Tensor> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
+                                               const BatchNormStats& stats, double momentum, double eps);
+
+// What the fused forward leaves for its backward.
+struct FusedBatchNormSaved {
+  Tensor x, y, weight, bias, reserve;
+  BatchNormStats stats;
+  bool add = false;  // relu(bn(x) + z) rather than relu(bn(x))
+};
+// Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
+void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,
+                               const BatchNormGrads& grads);
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd);
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+
+}  // namespace nabla::ops::cuda

@@ -1,0 +1,44 @@
+// dropout front end. The keep mask is a bool tensor from nabla::bernoulli (so it shares the
+// Philox element mapping of ops/cpu/fill_copy.cpp and ops/cuda/random.cu, and costs one byte per
+// element to keep for backward); the output is where(mask, x, 0) * scale, which keeps x's
+// layout. The backward applies the same mask and scale to the gradient with differentiable ops,
+// so create_graph works.
+#include "nabla/ops/dropout.h"
+
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+
+namespace nabla {
+
+namespace {
+
+Tensor masked_scale(const Tensor& t, const Tensor& mask, double scale) {
+  return where(mask, t, zeros({}, t.options())) * scale;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+  ops::check_defined("dropout", x, "input");
+  NABLA_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected a probability p in [0, 1], got {}", p);
+  NABLA_CHECK(x.is_floating_point(), "dropout: expected a floating-point input, got {}", describe(x));
+  if (!training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  const Tensor mask = bernoulli(x.sizes(), 1.0 - p, {.dtype = kBool, .device = x.device()}, generator);
+  const double scale = 1.0 / (1.0 - p);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = masked_scale(x, mask, scale);
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record("dropout", {x}, {y}, /*save=*/{mask}, [scale](autograd::BackwardContext& ctx) {
+      return TensorList{masked_scale(ctx.grad(), ctx.saved[0], scale)};
+    });
+  }
+  return y;
+}
+
+}  // namespace nabla

@@ -1,0 +1,19 @@
+// Public header. Dropout: zeroes each element with probability p while training and scales the
+// rest by 1 / (1 - p), so the expected value is unchanged.
+//
+//   auto y = nabla::dropout(x, 0.1, /*training=*/true);
+//
+// The mask comes from the generator's Philox stream exactly as nabla::bernoulli draws it:
+// element i of x (in row-major logical order) is kept when the i-th uniform draw is below 1 - p.
+// So a seed gives the same mask on the CPU and on CUDA, whatever x's layout.
+#pragma once
+
+#include "nabla/core/generator.h"
+#include "nabla/core/tensor.h"
+
+namespace nabla {
+
+// Returns x itself when !training or p == 0, and zeros (x * 0) when p == 1.
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+
+}  // namespace nabla

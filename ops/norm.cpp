@@ -1,0 +1,319 @@
+// batch_norm, batch_norm_relu and batch_norm_add_relu front ends.
+//
+// x is handed to the kernels dense, in contiguous or channels_last order (a channels_last x is
+// read in place and gives a channels_last y); anything else is copied first. The running stats
+// are updated by the kernels in place, outside autograd, and their version is bumped so that a
+// node that saved them notices. The training backward is one fused kernel (cuDNN's on CUDA);
+// the eval backward is written with ops (it is a per-channel scale).
+//
+// The fused variants take cuDNN's fused BN + ReLU (+ add) kernels for channels_last
+// float16/bfloat16 input in training on CUDA; everywhere else they compose batch_norm, add and
+// relu, so every path gives the same values.
+#include "nabla/ops/norm.h"
+
+#include <cmath>
+
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cpu/norm_kernels.h"
+#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/dispatch.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/reduce.h"
+
+namespace nabla {
+
+using autograd::BackwardContext;
+using ops::cpu::BatchNormInputs;
+using ops::cpu::BatchNormStats;
+
+namespace {
+
+// Weight, bias and running stats: float32 for 16-bit inputs (as cuDNN wants), x's dtype otherwise.
+DType param_dtype(DType x) {
+  return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
+}
+
+void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x) {
+  if (!t.defined()) return;
+  const DType pd = param_dtype(x.dtype());
+  NABLA_CHECK(t.dim() == 1 && t.size(0) == x.size(1),
+              "{}: expected {} of shape [{}] (one value per channel of input {}), got {}", op, name,
+              x.size(1), describe(x), describe(t));
+  NABLA_CHECK(t.dtype() == pd, "{}: expected {} of dtype {} for input {}, got {}", op, name, dtype_name(pd),
+              describe(x), describe(t));
+  NABLA_CHECK(t.device() == x.device(), "{}: expected {} on {} like the input, got {}", op, name,
+              x.device().str(), describe(t));
+}
+
+void validate(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+              const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
+  ops::check_defined(op, x, "input");
+  NABLA_CHECK(x.is_floating_point(), "{}: expected a floating-point input, got {}", op, describe(x));
+  NABLA_CHECK(x.dim() >= 2, "{}: expected an input of shape (N, C) or (N, C, *), got {}", op, describe(x));
+  NABLA_CHECK(options.eps > 0 && std::isfinite(options.eps), "{}: expected eps > 0, got {}", op, options.eps);
+  NABLA_CHECK(std::isfinite(options.momentum), "{}: expected a finite momentum, got {}", op,
+              options.momentum);
+  NABLA_CHECK(running_mean.defined() == running_var.defined(),
+              "{}: expected both running_mean and running_var, or neither; got {} and {}", op,
+              describe(running_mean), describe(running_var));
+  NABLA_CHECK(options.training || running_mean.defined(),
+              "{}: running_mean and running_var must be defined in eval mode (training = false)", op);
+  check_channel_tensor(op, weight, "weight", x);
+  check_channel_tensor(op, bias, "bias", x);
+  check_channel_tensor(op, running_mean, "running_mean", x);
+  check_channel_tensor(op, running_var, "running_var", x);
+  for (const Tensor* t : {&running_mean, &running_var}) {
+    NABLA_CHECK(!t->defined() || t->is_contiguous(),
+                "{}: running stats are updated in place and must be contiguous, got {}", op, describe(*t));
+  }
+  if (options.training) {
+    const int64_t per_channel = x.size(1) == 0 ? 0 : x.numel() / x.size(1);
+    NABLA_CHECK(per_channel > 1, "{}: expected more than 1 value per channel when training, got input {}", op,
+                describe(x));
+  }
+}
+
+bool is_channels_last(const Tensor& x) {
+  return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast);
+}
+
+// x in an order the kernels read in place. Channels_last-ordered views (say a strided slice of
+// an NHWC tensor) are copied to channels_last, so that the output keeps the input's layout.
+Tensor dense_input(const Tensor& x) {
+  if (x.is_contiguous() || is_channels_last(x)) return x;
+  const bool nhwc = x.dim() == 4 && x.stride(1) < x.stride(3) && x.stride(1) <= x.stride(2);
+  return x.contiguous(nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous);
+}
+
+MemoryFormat format_of(const Tensor& x) {
+  return is_channels_last(x) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
+Tensor empty_like_layout(const Tensor& x) {
+  return Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = format_of(x)});
+}
+
+Tensor per_channel_empty(const Tensor& x) {
+  return Tensor::empty({x.size(1)}, {.dtype = param_dtype(x.dtype()), .device = x.device()});
+}
+
+Tensor contiguous_or_undefined(const Tensor& t) {
+  return t.defined() ? t.contiguous() : t;
+}
+
+// Shape (1, C, 1, ...) to broadcast a (C) tensor against x.
+Shape channel_shape(const Tensor& x) {
+  Shape s(x.dim(), 1);
+  s[1] = x.size(1);
+  return s;
+}
+
+Shape non_channel_dims(const Tensor& x) {
+  Shape dims = {0};
+  for (int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
+  return dims;
+}
+
+void bump_running_stats(const Tensor& running_mean, const Tensor& running_var) {
+  if (!running_mean.defined()) return;
+  running_mean.bump_version();
+  running_var.bump_version();
+}
+
+// Records a node for the result of a fused backward kernel: it has no derivative of its own.
+void record_no_double_backward(const char* name, const TensorList& inputs, const TensorList& outputs) {
+  if (!autograd::needs_grad(inputs)) return;
+  autograd::record(name, inputs, outputs, {}, [name](BackwardContext&) -> TensorList {
+    NABLA_CHECK(false, "{}: double backward through this op is not supported", name);
+    return {};
+  });
+}
+
+// The training-mode backward: dx, dweight, dbias from one kernel.
+TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
+                               const BatchNormStats& stats, const ops::cuda::BatchNormForward& forward,
+                               double eps, const std::vector<bool>& needs) {
+  ops::cuda::BatchNormGrads g;
+  {
+    NoGradGuard no_grad;
+    const Tensor dy = grad.contiguous(format_of(x));
+    g.dx = needs[0] ? empty_like_layout(x) : Tensor();
+    g.dweight = needs[1] ? per_channel_empty(x) : Tensor();
+    g.dbias = needs[2] ? per_channel_empty(x) : Tensor();
+    switch (x.device().type) {
+      case DeviceType::CPU:
+        ops::cpu::batch_norm_backward(dy, x, weight, stats, g.dx, g.dweight, g.dbias);
+        break;
+      case DeviceType::CUDA:
+        ops::cuda::batch_norm_backward(dy, x, weight, stats, forward, eps, g);
+        break;
+    }
+  }
+  record_no_double_backward("batch_norm_backward", {grad, x, weight}, {g.dx, g.dweight, g.dbias});
+  return {g.dx, g.dweight, g.dbias};
+}
+
+Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var,
+                           const BatchNormOptions& options) {
+  Tensor y = empty_like_layout(x);
+  const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
+  const BatchNormInputs in{x, weight, bias, running_mean, running_var};
+  ops::cuda::BatchNormForward forward;
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::batch_norm_forward(in, y, stats, options.momentum, options.eps);
+      break;
+    case DeviceType::CUDA:
+      forward = ops::cuda::batch_norm_forward(in, y, stats, options.momentum, options.eps);
+      break;
+  }
+  bump_running_stats(running_mean, running_var);
+  if (autograd::needs_grad({x, weight, bias})) {
+    const double eps = options.eps;
+    const ops::cuda::BatchNormImpl impl = forward.impl;
+    const bool persistent = forward.persistent;
+    autograd::record(
+        "BatchNormBackward", {x, weight, bias}, {y}, {x, weight, stats.mean, stats.invstd, forward.reserve},
+        [eps, impl, persistent](BackwardContext& ctx) {
+          const auto& s = ctx.saved;
+          const ops::cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4], .persistent = persistent};
+          return batch_norm_backward(ctx.grad(), s[0], s[1], {s[2], s[3]}, fwd, eps, ctx.needs_input_grad);
+        });
+  }
+  return y;
+}
+
+Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
+                       const Tensor& running_var, double eps) {
+  Tensor y = empty_like_layout(x);
+  const BatchNormInputs in{x, weight, bias, running_mean, running_var};
+  switch (x.device().type) {
+    case DeviceType::CPU:
+      ops::cpu::batch_norm_inference(in, y, eps);
+      break;
+    case DeviceType::CUDA:
+      ops::cuda::batch_norm_inference(in, y, eps);
+      break;
+  }
+  if (autograd::needs_grad({x, weight, bias})) {
+    // y = (x - running_mean) * invstd * weight + bias: a per-channel affine map of x.
+    autograd::record("BatchNormEvalBackward", {x, weight, bias}, {y}, {x, weight, running_mean, running_var},
+                     [eps](BackwardContext& ctx) {
+                       const Tensor& x = ctx.saved[0];
+                       const Tensor& w = ctx.saved[1];
+                       const Shape cs = channel_shape(x), dims = non_channel_dims(x);
+                       const DType pd = param_dtype(x.dtype());
+                       // In x's layout, so that dx (which follows g's) keeps it.
+                       const Tensor g = ctx.grad().contiguous(format_of(x)).to(pd);
+                       const Tensor invstd = rsqrt(ctx.saved[3] + eps).view(cs);
+                       TensorList grads(3);
+                       if (ctx.needs(0)) grads[0] = g * (w.defined() ? invstd * w.view(cs) : invstd);
+                       if (ctx.needs(1))
+                         grads[1] = sum(g * ((x.to(pd) - ctx.saved[2].view(cs)) * invstd), dims);
+                       if (ctx.needs(2)) grads[2] = sum(g, dims);
+                       return grads;
+                     });
+  }
+  return y;
+}
+
+// ---- fused (cuDNN Ex) path -------------------------------------------------------------------
+
+bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
+  return options.training && x.is_cuda() && (x.dtype() == kFloat16 || x.dtype() == kBFloat16) &&
+         is_channels_last(x);
+}
+
+TensorList fused_backward(const Tensor& grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
+  ops::cuda::BatchNormGrads g;
+  {
+    NoGradGuard no_grad;
+    const Tensor& x = saved.x;
+    g.dx = empty_like_layout(x);
+    g.dresidual = saved.add ? empty_like_layout(x) : Tensor();
+    g.dweight = per_channel_empty(x);
+    g.dbias = per_channel_empty(x);
+    ops::cuda::batch_norm_fused_backward(grad.contiguous(MemoryFormat::ChannelsLast), saved, eps, g);
+  }
+  const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
+  record_no_double_backward(name, {grad, saved.x, saved.weight}, {g.dx, g.dresidual, g.dweight, g.dbias});
+  return {g.dx, g.dresidual, g.dweight, g.dbias};
+}
+
+// The fused cuDNN forward, or an undefined tensor when cuDNN cannot run it.
+Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, const Tensor& weight,
+                 const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
+                 const BatchNormOptions& options) {
+  const TensorOptions params{.dtype = kFloat32, .device = x.device()};
+  const Tensor w = weight.defined() ? weight.contiguous() : ones({x.size(1)}, params);
+  const Tensor b = bias.defined() ? bias.contiguous() : zeros({x.size(1)}, params);
+  const Tensor z = residual.defined() ? residual.contiguous(MemoryFormat::ChannelsLast) : Tensor();
+  Tensor y = empty_like_layout(x);
+  const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
+  std::optional<Tensor> reserve = ops::cuda::batch_norm_fused_forward(
+      {x, w, b, running_mean, running_var}, z, y, stats, options.momentum, options.eps);
+  if (!reserve) return {};
+  bump_running_stats(running_mean, running_var);
+  if (autograd::needs_grad({x, z, w, b})) {
+    const double eps = options.eps;
+    const bool add = residual.defined();
+    autograd::record(node, {x, z, w, b}, {y}, {x, y, w, b, *reserve, stats.mean, stats.invstd},
+                     [eps, add](BackwardContext& ctx) {
+                       const auto& s = ctx.saved;
+                       const ops::cuda::FusedBatchNormSaved saved{.x = s[0],
+                                                                  .y = s[1],
+                                                                  .weight = s[2],
+                                                                  .bias = s[3],
+                                                                  .reserve = s[4],
+                                                                  .stats = {s[5], s[6]},
+                                                                  .add = add};
+                       return fused_backward(ctx.grad(), saved, eps);
+                     });
+  }
+  return y;
+}
+
+Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_in, const Tensor& residual,
+                        const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var,
+                        const BatchNormOptions& options) {
+  validate(op, x_in, weight, bias, running_mean, running_var, options);
+  if (residual.defined()) {
+    NABLA_CHECK(residual.sizes() == x_in.sizes() && residual.dtype() == x_in.dtype() &&
+                    residual.device() == x_in.device(),
+                "{}: expected a residual of the input's shape, dtype and device ({}), got {}", op,
+                describe(x_in), describe(residual));
+  }
+  if (takes_fused_kernel(x_in, options)) {
+    Tensor y = try_fused(node, x_in, residual, weight, bias, running_mean, running_var, options);
+    if (y.defined()) return y;
+  }
+  Tensor y = batch_norm(x_in, weight, bias, running_mean, running_var, options);
+  return relu(residual.defined() ? y + residual : y);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, BatchNormOptions options) {
+  validate("batch_norm", x_in, weight, bias, running_mean, running_var, options);
+  const Tensor x = dense_input(x_in);
+  const Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
+  if (options.training) return batch_norm_training(x, w, b, running_mean, running_var, options);
+  return batch_norm_eval(x, w, b, running_mean, running_var, options.eps);
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                       Tensor& running_var, BatchNormOptions options) {
+  return fused_batch_norm("batch_norm_relu", "BatchNormReluBackward", x, Tensor(), weight, bias, running_mean,
+                          running_var, options);
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           Tensor& running_mean, Tensor& running_var, BatchNormOptions options) {
+  return fused_batch_norm("batch_norm_add_relu", "BatchNormAddReluBackward", x, residual, weight, bias,
+                          running_mean, running_var, options);
+}
+
+}  // namespace nabla

@@ -1,0 +1,50 @@
+// Public header. Batch normalization (plain, and fused with ReLU or with a residual add and ReLU)
+// and layer normalization.
+//
+//   nabla::Tensor y = nabla::batch_norm(x, w, b, running_mean, running_var, {.training = true});
+//   nabla::Tensor z = nabla::batch_norm_add_relu(x, shortcut, w, b, running_mean, running_var);
+//   nabla::Tensor h = nabla::layer_norm(x, {768}, gamma, beta);
+//
+// batch_norm takes x of shape (N, C) or (N, C, *) and normalizes each channel over every other
+// dim. In training it uses the batch statistics and, when running stats are given, updates them
+// in place (outside autograd): running = (1 - momentum) * running + momentum * batch, with the
+// unbiased batch variance, as PyTorch does. In eval it uses the running stats. Weight, bias and
+// running stats are (C) tensors of the parameter dtype: float32 for float16/bfloat16 x (whose
+// math also runs in float32), x's dtype otherwise; weight and bias may be undefined (affine off),
+// and running stats may be undefined in training (no tracking). A channels_last x gives a
+// channels_last result.
+//
+// On CUDA, batch norm runs on cuDNN (Note [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp);
+// the fused variants use cuDNN's fused kernels for channels_last float16/bfloat16 input in
+// training, and everywhere else compose batch_norm, add and relu, with identical results.
+#pragma once
+
+#include "nabla/core/tensor.h"
+
+namespace nabla {
+
+struct BatchNormOptions {
+  bool training = true;
+  double momentum = 0.1;  // weight of the batch statistics in the running-stat update
+  double eps = 1e-5;      // added to the variance; must be > 0
+};
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                  Tensor& running_var, BatchNormOptions options = {});
+
+// relu(batch_norm(x, ...)).
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                       Tensor& running_var, BatchNormOptions options = {});
+
+// relu(batch_norm(x, ...) + residual); residual has x's shape and dtype.
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           Tensor& running_mean, Tensor& running_var, BatchNormOptions options = {});
+
+// Normalizes over the trailing dims given by normalized_shape (which must match x's last dims):
+// y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
+// have shape normalized_shape and x's dtype, or are undefined. Float16/bfloat16 compute in
+// float32. The result is contiguous.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
+}  // namespace nabla

@@ -1,0 +1,275 @@
+// CUDA batch norm and layer norm against the CPU backend: forward, backward and running-stat
+// updates for every floating dtype, contiguous and channels_last inputs, train and eval, the
+// cuDNN paths and nabla's fallback kernels (bfloat16, batches past cuDNN's limits), the fused
+// cuDNN BN + add + ReLU kernel against the composed ops, and layer norm on short, warp-sized
+// and block-sized rows.
+#include <iostream>
+
+#include "nabla/ops/cuda/norm_kernels.h"
+#include "parity_util.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+// Batch statistics are float sums on CUDA and double sums on the CPU; 16-bit outputs may differ
+// by an ulp of rounding; parameter gradients are float32 sums of 16-bit products.
+Tolerance output_tolerance(DType dtype) {
+  switch (dtype) {
+    case kFloat64:
+      return {1e-10, 1e-10};
+    case kFloat32:
+      return {1e-4, 1e-4};
+    case kFloat16:
+      return {5e-3, 5e-3};
+    default:
+      return {3e-2, 3e-2};
+  }
+}
+
+Tolerance param_tolerance(DType dtype) {
+  return dtype == kFloat64   ? Tolerance{1e-10, 1e-10}
+         : dtype == kFloat32 ? Tolerance{1e-4, 1e-4}
+                             : Tolerance{1e-2, 1e-2};
+}
+
+DType param_dtype(DType dtype) {
+  return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype;
+}
+
+struct BnCase {
+  const char* name;
+  Shape shape;
+  bool channels_last = false;
+};
+
+const std::vector<BnCase>& bn_cases() {
+  static const std::vector<BnCase> cases = {
+      {"NCHW", {4, 8, 5, 6}},
+      {"NHWC", {4, 8, 5, 6}, true},
+      {"(N, C)", {16, 12}},
+      {"(N, C, L)", {4, 6, 10}},
+      {"NHWC odd channels", {3, 5, 4, 7}, true},
+  };
+  return cases;
+}
+
+// One batch-norm call on the CPU and on CUDA from the same values, with a backward pass.
+struct BnRun {
+  Tensor y, dx, dw, db, running_mean, running_var, dz;
+};
+
+BnRun run_batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& rm_in,
+                     const Tensor& rv_in, const Tensor& g_in, Device device, BatchNormOptions options,
+                     const Tensor& z_in = {}, int fused = 0) {
+  auto on = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
+  Tensor x = on(x_in).detach().requires_grad_(true);
+  Tensor w = w_in.defined() ? on(w_in).detach().requires_grad_(true) : Tensor();
+  Tensor b = b_in.defined() ? on(b_in).detach().requires_grad_(true) : Tensor();
+  Tensor z = z_in.defined() ? on(z_in).detach().requires_grad_(true) : Tensor();
+  Tensor rm = rm_in.defined() ? on(rm_in).clone() : Tensor(),
+         rv = rv_in.defined() ? on(rv_in).clone() : Tensor();
+  Tensor y = fused == 0   ? batch_norm(x, w, b, rm, rv, options)
+             : fused == 1 ? batch_norm_relu(x, w, b, rm, rv, options)
+                          : batch_norm_add_relu(x, z, w, b, rm, rv, options);
+  y.backward(on(g_in));
+  return {y,  x.grad(), w.defined() ? w.grad() : Tensor(), b.defined() ? b.grad() : Tensor(),
+          rm, rv,       z.defined() ? z.grad() : Tensor()};
+}
+
+void expect_runs_match(const BnRun& gpu, const BnRun& cpu, DType dtype, const std::string& what) {
+  const Tolerance out = output_tolerance(dtype), par = param_tolerance(dtype);
+  EXPECT_TRUE(matches_cpu(gpu.y, cpu.y, out)) << what << " y";
+  EXPECT_TRUE(matches_cpu(gpu.dx, cpu.dx, out)) << what << " dx";
+  if (cpu.dw.defined()) EXPECT_TRUE(matches_cpu(gpu.dw, cpu.dw, par)) << what << " dweight";
+  if (cpu.db.defined()) EXPECT_TRUE(matches_cpu(gpu.db, cpu.db, par)) << what << " dbias";
+  if (cpu.running_mean.defined()) {
+    EXPECT_TRUE(matches_cpu(gpu.running_mean, cpu.running_mean, par)) << what << " running_mean";
+    EXPECT_TRUE(matches_cpu(gpu.running_var, cpu.running_var, par)) << what << " running_var";
+  }
+}
+
+TEST(CudaParityBatchNorm, TrainAndEvalForwardBackwardAndRunningStatsMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (const BnCase& c : bn_cases()) {
+    for (DType dtype : kFloatDTypes) {
+      const DType pd = param_dtype(dtype);
+      const int64_t ch = c.shape[1];
+      Tensor x = random_values(c.shape, ++seed, dtype) * 2.0 + 0.5;
+      if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+      const Tensor g = random_values(c.shape, ++seed, dtype);
+      const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
+      const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
+      for (bool training : {true, false}) {
+        const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-4};
+        const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
+        const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
+        expect_runs_match(gpu, cpu, dtype, context(training ? "train" : "eval", dtype, c.name));
+        if (c.channels_last) {
+          EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << c.name;
+          EXPECT_TRUE(gpu.dx.is_contiguous(MemoryFormat::ChannelsLast)) << c.name;
+        }
+        // Affine off and, in training, no running stats.
+        const BnRun gpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                          Device::cuda(), o);
+        const BnRun cpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                          Device::cpu(), o);
+        expect_runs_match(gpu2, cpu2, dtype,
+                          context(training ? "train, no affine" : "eval, no affine", dtype, c.name));
+      }
+    }
+  }
+}
+
+TEST(CudaParityBatchNorm, BatchesPastCudnnLimitsRunOnNablaKernels) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  // cuDNN takes N <= 880801 in training and N <= 65535 in eval.
+  for (const auto& [n, training] : {std::pair<int64_t, bool>{900000, true}, {70000, false}}) {
+    Tensor x = random_values({n, 3}, ++seed, kFloat32);
+    const Tensor g = random_values({n, 3}, ++seed, kFloat32);
+    const Tensor w = random_values({3}, ++seed, kFloat32), b = random_values({3}, ++seed, kFloat32);
+    const Tensor rm = random_values({3}, ++seed, kFloat32), rv = random_values({3}, ++seed, kFloat32, true);
+    const BatchNormOptions o{.training = training};
+    const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
+    const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
+    // Sums of a million float32 values: the float accumulation on the GPU costs a few digits.
+    EXPECT_TRUE(matches_cpu(gpu.y, cpu.y, Tolerance{1e-3, 1e-3})) << "N " << n;
+    EXPECT_TRUE(matches_cpu(gpu.dx, cpu.dx, Tolerance{1e-3, 1e-3})) << "N " << n;
+    EXPECT_TRUE(matches_cpu(gpu.dw, cpu.dw, Tolerance{1e-3, 1e-2})) << "N " << n;
+    EXPECT_TRUE(matches_cpu(gpu.running_var, cpu.running_var, Tolerance{1e-3, 1e-4})) << "N " << n;
+  }
+}
+
+// relu(bn(x) [+ z]) composed on the CPU in float64 from the same 16-bit inputs, and its
+// gradients: the reference that the fused cuDNN kernel, which rounds once, should meet. (The
+// composed 16-bit ops round bn(x) before the add, which moves the ReLU's mask wherever
+// bn(x) + z is within an ulp of zero.)
+BnRun composed_reference(const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b, const Tensor& rm,
+                         const Tensor& rv, const Tensor& g, BatchNormOptions o, bool add) {
+  const BnRun r =
+      run_batch_norm(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), rm.to(kFloat64), rv.to(kFloat64),
+                     g.to(kFloat64), Device::cpu(), o, add ? z.to(kFloat64) : Tensor(), add ? 2 : 1);
+  return {r.y.to(x.dtype()),
+          r.dx.to(x.dtype()),
+          r.dw.to(kFloat32),
+          r.db.to(kFloat32),
+          r.running_mean.to(kFloat32),
+          r.running_var.to(kFloat32),
+          add ? r.dz.to(x.dtype()) : Tensor()};
+}
+
+TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResult) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  const Shape shape = {8, 32, 7, 7};
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    const Tensor x = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
+    const Tensor z = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
+    const Tensor g = random_values(shape, ++seed, dtype);
+    const Tensor w = random_values({32}, ++seed, kFloat32), b = random_values({32}, ++seed, kFloat32);
+    const Tensor rm = random_values({32}, ++seed, kFloat32), rv = random_values({32}, ++seed, kFloat32, true);
+    // Whether cuDNN takes the fused call itself (it must for float16; bfloat16 is reported).
+    bool fused = false;
+    {
+      Tensor xd = to_cuda(x), zd = to_cuda(z), y = empty_like(xd);
+      const ops::cuda::BatchNormStats stats{zeros({32}, {.device = Device::cuda()}),
+                                            zeros({32}, {.device = Device::cuda()})};
+      fused =
+          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5)
+              .has_value();
+      if (dtype == kFloat16) EXPECT_TRUE(fused) << "cuDNN refused the fused float16 NHWC BN + add + ReLU";
+      std::cout << "[   INFO   ] fused BN + add + ReLU, " << dtype_name(dtype) << ": "
+                << (fused ? "cuDNN Ex kernel" : "cuDNN refused it; composed ops") << "\n";
+    }
+    // One rounding of y against the float64 reference, or the same ops as the CPU's.
+    const Tolerance out = dtype == kFloat16 ? Tolerance{4e-3, 1e-2} : Tolerance{2e-2, 3e-2};
+    const Tolerance par = fused ? Tolerance{2e-3, 2e-3} : param_tolerance(dtype);
+    for (bool add : {true, false}) {
+      const BatchNormOptions o{.momentum = 0.3};
+      const BnRun ref =
+          fused ? composed_reference(x, z, w, b, rm, rv, g, o, add)
+                : run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, add ? z : Tensor(), add ? 2 : 1);
+      const BnRun gpu =
+          run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, add ? z : Tensor(), add ? 2 : 1);
+      const std::string what = context(add ? "bn_add_relu" : "bn_relu", dtype);
+      EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << what;
+      EXPECT_TRUE(matches_cpu(gpu.y, ref.y, out)) << what << " y";
+      EXPECT_TRUE(matches_cpu(gpu.dx, ref.dx, out)) << what << " dx";
+      if (add) EXPECT_TRUE(matches_cpu(gpu.dz, ref.dz, out)) << what << " dresidual";
+      EXPECT_TRUE(matches_cpu(gpu.dw, ref.dw, par)) << what << " dweight";
+      EXPECT_TRUE(matches_cpu(gpu.db, ref.db, par)) << what << " dbias";
+      EXPECT_TRUE(matches_cpu(gpu.running_mean, ref.running_mean, par)) << what << " running_mean";
+      EXPECT_TRUE(matches_cpu(gpu.running_var, ref.running_var, par)) << what << " running_var";
+    }
+  }
+}
+
+TEST(CudaParityBatchNorm, FusedVariantsOffTheCudnnPathMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat32, kFloat16}) {
+    const Shape shape = {4, 6, 3, 5};
+    const Tensor x = random_values(shape, ++seed, dtype), z = random_values(shape, ++seed, dtype);
+    const Tensor g = random_values(shape, ++seed, dtype);
+    const DType pd = param_dtype(dtype);
+    const Tensor w = random_values({6}, ++seed, pd), b = random_values({6}, ++seed, pd);
+    const Tensor rm = random_values({6}, ++seed, pd), rv = random_values({6}, ++seed, pd, true);
+    for (bool training : {true, false}) {
+      const BatchNormOptions o{.training = training};
+      const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, z, 2);
+      const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, z, 2);
+      expect_runs_match(gpu, cpu, dtype,
+                        context(training ? "NCHW add_relu train" : "NCHW add_relu eval", dtype));
+    }
+  }
+}
+
+// ---- layer norm ------------------------------------------------------------------------------
+
+TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    Shape shape;
+    Shape normalized;
+  };
+  const std::vector<Case> cases = {
+      {"short rows (7)", {50, 7}, {7}},         {"warp rows (300, two dims)", {8, 3, 100}, {3, 100}},
+      {"warp rows (1024)", {33, 1024}, {1024}}, {"long rows (4096)", {64, 4096}, {4096}},
+      {"single long row", {1, 5000}, {5000}},   {"many short rows", {3000, 20}, {20}},
+  };
+  uint64_t seed = test_seed();
+  for (const Case& c : cases) {
+    for (DType dtype : kFloatDTypes) {
+      const Tensor x = random_values(c.shape, ++seed, dtype) + 0.5;
+      const Tensor g = random_values(c.shape, ++seed, dtype);
+      const Tensor w = random_values(c.normalized, ++seed, dtype),
+                   b = random_values(c.normalized, ++seed, dtype);
+      Tensor outs[2][4];
+      for (int d = 0; d < 2; ++d) {
+        const Device device = d == 0 ? Device::cpu() : Device::cuda();
+        Tensor xi = x.to(device).detach().requires_grad_(true);
+        Tensor wi = w.to(device).detach().requires_grad_(true),
+               bi = b.to(device).detach().requires_grad_(true);
+        Tensor y = layer_norm(xi, c.normalized, wi, bi, 1e-5);
+        y.backward(g.to(device));
+        outs[d][0] = y, outs[d][1] = xi.grad(), outs[d][2] = wi.grad(), outs[d][3] = bi.grad();
+      }
+      const Tolerance out = output_tolerance(dtype);
+      const Tolerance par = dtype == kFloat64   ? Tolerance{1e-10, 1e-10}
+                            : dtype == kFloat32 ? Tolerance{1e-4, 1e-4}
+                                                : Tolerance{2e-2, 2e-2};
+      const char* names[4] = {"y", "dx", "dweight", "dbias"};
+      for (int k = 0; k < 4; ++k) {
+        EXPECT_TRUE(matches_cpu(outs[1][k], outs[0][k], k < 2 ? out : par))
+            << context("layer_norm", dtype, c.name) << " " << names[k];
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace nabla
