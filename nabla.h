@@ -7,5 +7,8 @@
 #include "nabla/core/dtype.h"
 #include "nabla/core/error.h"
 #include "nabla/core/generator.h"
+#include "nabla/core/io/safetensors.h"
 #include "nabla/core/tensor.h"
+#include "nabla/nn/nn.h"
 #include "nabla/ops/ops.h"
+#include "nabla/optim/optim.h"

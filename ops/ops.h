@@ -1,6 +1,7 @@
 // Public header. Every tensor operation.
 #pragma once
 
+#include "nabla/ops/autograd/custom_function.h"
 #include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/autograd/gradcheck.h"

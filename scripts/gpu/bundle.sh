@@ -8,7 +8,7 @@ build=${1:-build/cuda}
 mkdir -p "$build/gpu-lib"
 cp -L "$(gcc -print-file-name=libgomp.so.1)" "$build/gpu-lib/"
 files=(gpu-lib)
-for bin in "$build"/tests/nabla_*_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral; do
+for bin in "$build"/tests/nabla_*_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral "$build"/examples/custom_model; do
   [[ -x $bin && -f $bin ]] || continue
   strip --strip-unneeded "$bin"
   files+=("${bin#"$build"/}")

@@ -21,6 +21,13 @@ for bench in "$build"/bench/nabla_bench_*; do
   "$bench" >> "$out/bench.txt" 2>&1 || status=1
 done
 
+# The custom-model example trains on the GPU and round-trips a checkpoint.
+if [[ -x $build/examples/custom_model ]]; then
+  echo "== examples/custom_model" >> "$out/bench.txt"
+  "$build/examples/custom_model" --checkpoint "$out/custom_model.safetensors" >> "$out/bench.txt" 2>&1 || status=1
+  rm -f "$out/custom_model.safetensors"
+fi
+
 # PyTorch beside nabla, in the same call, for the ratios in docs/performance.md.
 if python3 -c 'import torch' 2> /dev/null; then
   echo "== torch_conv_shapes.py" >> "$out/bench.txt"

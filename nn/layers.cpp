@@ -1,0 +1,163 @@
+// The standard layers: construction with PyTorch's default initialization, and forward.
+#include "nabla/nn/layers.h"
+
+#include <cmath>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/error.h"
+#include "nabla/nn/init.h"
+#include "nabla/ops/dropout.h"
+#include "nabla/ops/embedding.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/linalg.h"
+#include "nabla/ops/norm.h"
+
+namespace nabla::nn {
+
+namespace {
+
+// PyTorch's reset_parameters for Linear and Conv: kaiming_uniform(a = sqrt(5)) on the weight,
+// which is U(-1/sqrt(fan_in), 1/sqrt(fan_in)), and the same bound for the bias.
+void default_init(Tensor& weight, Tensor& bias) {
+  init::kaiming_uniform_(weight, {.a = std::sqrt(5.0), .nonlinearity = init::Nonlinearity::leaky_relu});
+  if (bias.defined()) {
+    auto [fan_in, fan_out] = init::calculate_fan_in_and_fan_out(weight);
+    double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+    init::uniform_(bias, -bound, bound);
+  }
+}
+
+}  // namespace
+
+Linear::Linear(const LinearOptions& options) : options_(options) {
+  NABLA_CHECK(options.in > 0 && options.out > 0, "Linear: in and out must be > 0, got in {}, out {}",
+              options.in, options.out);
+  weight = empty({options.out, options.in}, options.tensor_options);
+  if (options.bias) bias = empty({options.out}, options.tensor_options);
+  default_init(weight, bias);
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  return linear(x, weight, bias);
+}
+
+Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
+  NABLA_CHECK(options.in > 0 && options.out > 0 && options.groups > 0 && options.in % options.groups == 0 &&
+                  options.out % options.groups == 0,
+              "Conv2d: in ({}) and out ({}) must be > 0 and divisible by groups ({})", options.in,
+              options.out, options.groups);
+  NABLA_CHECK(options.kernel[0] > 0 && options.kernel[1] > 0, "Conv2d: kernel must be > 0, got ({}, {})",
+              options.kernel[0], options.kernel[1]);
+  weight = empty({options.out, options.in / options.groups, options.kernel[0], options.kernel[1]},
+                 options.tensor_options);
+  if (options.bias) bias = empty({options.out}, options.tensor_options);
+  default_init(weight, bias);
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias,
+                {.stride = options_.stride,
+                 .padding = options_.padding,
+                 .dilation = options_.dilation,
+                 .groups = options_.groups});
+}
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options)
+    : num_features_(num_features), options_(options) {
+  NABLA_CHECK(num_features > 0, "BatchNorm2d: num_features must be > 0, got {}", num_features);
+  if (options.affine) {
+    weight = ones({num_features}, options.tensor_options);
+    bias = zeros({num_features}, options.tensor_options);
+  }
+  if (options.track_running_stats) {
+    running_mean = zeros({num_features}, options.tensor_options);
+    running_var = ones({num_features}, options.tensor_options);
+    num_batches_tracked = zeros({}, {.dtype = kInt64, .device = options.tensor_options.device});
+  }
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+  register_buffer("running_mean", running_mean);
+  register_buffer("running_var", running_var);
+  register_buffer("num_batches_tracked", num_batches_tracked);
+}
+
+// Counts the batch when it will update the running stats, and picks the statistics to use.
+BatchNormOptions BatchNorm2d::batch_norm_options() {
+  bool use_batch_stats = is_training() || !options_.track_running_stats;
+  if (is_training() && options_.track_running_stats) {
+    NoGradGuard no_grad;
+    num_batches_tracked.add_(1.0);
+  }
+  return {.training = use_batch_stats, .momentum = options_.momentum, .eps = options_.eps};
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
+              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
+              describe(x));
+  BatchNormOptions o = batch_norm_options();
+  return batch_norm(x, weight, bias, running_mean, running_var, o);
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
+              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
+              describe(x));
+  BatchNormOptions o = batch_norm_options();
+  return batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, o);
+}
+
+LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options)
+    : normalized_shape_(std::move(normalized_shape)), options_(options) {
+  NABLA_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
+  if (options.elementwise_affine) {
+    weight = ones(normalized_shape_, options.tensor_options);
+    bias = zeros(normalized_shape_, options.tensor_options);
+  }
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape_, weight, bias, options_.eps);
+}
+
+Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& options)
+    : options_(options) {
+  NABLA_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be > 0, got ({}, {})",
+              num_embeddings, embedding_dim);
+  NABLA_CHECK(options.padding_idx >= -1 && options.padding_idx < num_embeddings,
+              "Embedding: padding_idx {} must be -1 or in [0, {})", options.padding_idx, num_embeddings);
+  weight = empty({num_embeddings, embedding_dim}, options.tensor_options);
+  init::normal_(weight);
+  if (options.padding_idx >= 0) {
+    NoGradGuard no_grad;
+    weight.select(0, options.padding_idx).zero_();
+  }
+  register_parameter("weight", weight);
+}
+
+Tensor Embedding::forward(const Tensor& indices) {
+  return embedding(weight, indices, {.padding_idx = options_.padding_idx});
+}
+
+Tensor ReLU::forward(const Tensor& x) {
+  if (!options_.inplace) return relu(x);
+  Tensor y = x;  // shares x's storage: relu_ overwrites the caller's tensor, as inplace asks
+  relu_(y);
+  return y;
+}
+
+Dropout::Dropout(double p) : p_(p) {
+  NABLA_CHECK(p >= 0 && p < 1, "Dropout: p must be in [0, 1), got {}", p);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  return dropout(x, p_, is_training());
+}
+
+}  // namespace nabla::nn

@@ -1,0 +1,195 @@
+// Public header. The standard layers. Each holds its parameters as public members (weight, bias,
+// running_mean, ...) under PyTorch's names, and is initialized as PyTorch initializes it.
+//
+//   nn::Conv2d conv({.in = 3, .out = 64, .kernel = 7, .stride = 2, .padding = 3, .bias = false});
+//   nn::BatchNorm2d bn(64);
+//   nn::Linear fc({.in = 512, .out = 10});
+//   auto y = fc(nn::Flatten()(pool(relu(bn(conv(x))))));
+#pragma once
+
+#include <cstdint>
+
+#include "nabla/nn/module.h"
+#include "nabla/ops/conv.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/norm.h"
+#include "nabla/ops/pool.h"
+
+namespace nabla::nn {
+
+struct LinearOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  bool bias = true;
+  TensorOptions tensor_options = {};  // dtype and device of the parameters
+};
+// y = x W^T + b over the last dim: (*, in) -> (*, out). weight (out, in) and bias (out) start
+// U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's kaiming_uniform with a = sqrt(5)).
+class Linear : public Module {
+ public:
+  explicit Linear(const LinearOptions& options);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ private:
+  LinearOptions options_;
+};
+
+struct Conv2dOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  Pair2 kernel{0};
+  Pair2 stride{1};
+  Pair2 padding{0};
+  Pair2 dilation{1};
+  int64_t groups = 1;
+  bool bias = true;
+  TensorOptions tensor_options = {};
+};
+// (N, in, H, W) -> (N, out, Ho, Wo). weight (out, in / groups, kH, kW); initialized as PyTorch.
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  const Conv2dOptions& options() const { return options_; }
+  Tensor weight, bias;
+
+ private:
+  Conv2dOptions options_;
+};
+
+struct BatchNorm2dOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = true;               // learnable weight (1) and bias (0)
+  bool track_running_stats = true;  // running_mean, running_var, num_batches_tracked buffers
+  TensorOptions tensor_options = {};
+};
+// Per-channel normalization of (N, C, H, W): batch statistics in training (updating the running
+// stats), running stats in eval (batch statistics always when not tracking).
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual), fused where the backend can (the end of a residual block).
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+
+ private:
+  BatchNormOptions batch_norm_options();
+  int64_t num_features_;
+  BatchNorm2dOptions options_;
+};
+
+struct LayerNormOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+  TensorOptions tensor_options = {};
+};
+// Normalizes over the trailing dims normalized_shape; weight 1 and bias 0 of that shape.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, const LayerNormOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ private:
+  Shape normalized_shape_;
+  LayerNormOptions options_;
+};
+
+struct EmbeddingOptions {
+  int64_t padding_idx = -1;  // a row kept at zero and never updated; -1 for none
+  TensorOptions tensor_options = {};
+};
+// int64 indices (*) -> (*, dim); weight (num, dim) starts N(0, 1) (row padding_idx zero).
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& options = {});
+  Tensor forward(const Tensor& indices) override;
+  Tensor weight;
+
+ private:
+  EmbeddingOptions options_;
+};
+
+struct ReLUOptions {
+  bool inplace = false;  // overwrite the input (relu_) instead of allocating the output
+};
+class ReLU : public Module {
+ public:
+  explicit ReLU(ReLUOptions options = {}) : options_(options) {}
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  ReLUOptions options_;
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(GeluOptions options = {}) : options_(options) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, options_); }
+
+ private:
+  GeluOptions options_;
+};
+
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return silu(x); }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(const MaxPool2dOptions& options) : options_(options) {}
+  Tensor forward(const Tensor& x) override { return max_pool2d(x, options_); }
+
+ private:
+  MaxPool2dOptions options_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(const AvgPool2dOptions& options) : options_(options) {}
+  Tensor forward(const Tensor& x) override { return avg_pool2d(x, options_); }
+
+ private:
+  AvgPool2dOptions options_;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(PoolPair output_size) : output_size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_avg_pool2d(x, output_size_); }
+
+ private:
+  PoolPair output_size_;
+};
+
+// Flattens dims start_dim..end_dim into one: (N, C, H, W) -> (N, C * H * W) by default.
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim_, end_dim_); }
+
+ private:
+  int64_t start_dim_, end_dim_;
+};
+
+// Zeroes each element with probability p in training (scaling the rest by 1 / (1 - p)); the
+// identity in eval.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double p_;
+};
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+};
+
+}  // namespace nabla::nn

@@ -1,0 +1,84 @@
+// Public header. ResNet-18/34/50/101/152 (v1.5: the stride sits on the bottleneck's 3x3 conv),
+// with torchvision's module names, so state dicts match key for key ("layer1.0.downsample.1.weight").
+//
+//   auto model = nabla::nn::models::resnet50({.num_classes = 1000});
+//   model->to(nabla::Device::cuda(0), nabla::MemoryFormat::ChannelsLast);
+//   auto logits = model->forward(images);   // (N, in_channels, H, W) -> (N, num_classes)
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "nabla/nn/containers.h"
+#include "nabla/nn/layers.h"
+
+namespace nabla::nn::models {
+
+struct ResNetOptions {
+  int64_t num_classes = 1000;
+  bool zero_init_residual = false;  // start each block's last BN weight at 0 (the block as identity)
+  int64_t in_channels = 3;
+  bool small_input_stem = false;  // CIFAR-style stem: 3x3 stride-1 conv1 and no max-pool
+};
+
+// Two 3x3 convs (ResNet-18/34).
+class BasicBlock : public Module {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride);
+  Tensor forward(const Tensor& x) override;
+
+  Conv2d conv1;
+  BatchNorm2d bn1;
+  ReLU relu;
+  Conv2d conv2;
+  BatchNorm2d bn2;
+  std::shared_ptr<Sequential> downsample;  // 1x1 conv + BN when the shape changes, else null
+};
+
+// 1x1 reduce, 3x3 (strided), 1x1 expand by 4 (ResNet-50/101/152).
+class Bottleneck : public Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride);
+  Tensor forward(const Tensor& x) override;
+
+  Conv2d conv1;
+  BatchNorm2d bn1;
+  Conv2d conv2;
+  BatchNorm2d bn2;
+  Conv2d conv3;
+  BatchNorm2d bn3;
+  ReLU relu;
+  std::shared_ptr<Sequential> downsample;
+};
+
+enum class BlockKind { basic, bottleneck };
+
+class ResNet : public Module {
+ public:
+  // blocks_per_stage: e.g. {3, 4, 6, 3} for ResNet-50.
+  ResNet(BlockKind kind, std::array<int64_t, 4> blocks_per_stage, const ResNetOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+  // The pooled features before fc: (N, 512 * expansion).
+  Tensor features(const Tensor& x);
+
+  Conv2d conv1;
+  BatchNorm2d bn1;
+  ReLU relu;
+  MaxPool2d maxpool;
+  Sequential layer1, layer2, layer3, layer4;
+  AdaptiveAvgPool2d avgpool;
+  Linear fc;
+
+ private:
+  ResNetOptions options_;
+};
+
+std::shared_ptr<ResNet> resnet18(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet34(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet50(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet101(const ResNetOptions& options = {});
+std::shared_ptr<ResNet> resnet152(const ResNetOptions& options = {});
+
+}  // namespace nabla::nn::models

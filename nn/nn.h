@@ -1,0 +1,9 @@
+// Public header. The nn library: Module, containers, layers, initializers and models.
+#pragma once
+
+#include "nabla/nn/containers.h"
+#include "nabla/nn/init.h"
+#include "nabla/nn/layers.h"
+#include "nabla/nn/models/resnet.h"
+#include "nabla/nn/models/small_cnn.h"
+#include "nabla/nn/module.h"

@@ -1,0 +1,119 @@
+// Adam and AdamW: per tensor with ordinary ops, or one fused launch for the group's eligible
+// CUDA tensors. The per-parameter step count lives in the state as a 0-d CPU tensor, so the
+// bias corrections are host scalars and nothing synchronizes with the device.
+#include "nabla/optim/adam.h"
+
+#include <cmath>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/error.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+#include "nabla/optim/multi_tensor.h"
+
+namespace nabla::optim {
+
+namespace {
+std::vector<ParamGroup> single_group(TensorList params) {
+  std::vector<ParamGroup> groups(1);
+  groups[0].params = std::move(params);
+  return groups;
+}
+
+AdamOptions from_adamw(const AdamWOptions& o) {
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = o.weight_decay,
+          .amsgrad = o.amsgrad};
+}
+}  // namespace
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, const char* name)
+    : Optimizer(std::move(groups), {.lr = options.lr, .weight_decay = options.weight_decay}, name),
+      options_(options),
+      decoupled_weight_decay_(decoupled) {
+  NABLA_CHECK(options.beta1 >= 0.0 && options.beta1 < 1.0 && options.beta2 >= 0.0 && options.beta2 < 1.0,
+              "{}: betas must be in [0, 1), got ({}, {})", name, options.beta1, options.beta2);
+  NABLA_CHECK(options.eps >= 0.0, "{}: eps must be >= 0, got {}", name, options.eps);
+}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
+    : Adam(std::move(groups), options, false, "Adam") {}
+Adam::Adam(TensorList params, AdamOptions options) : Adam(single_group(std::move(params)), options) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
+    : Adam(std::move(groups), from_adamw(options), true, "AdamW") {}
+AdamW::AdamW(TensorList params, AdamWOptions options) : AdamW(single_group(std::move(params)), options) {}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  const double beta1 = options_.beta1, beta2 = options_.beta2, eps = options_.eps;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto& group = groups_[g];
+    const double lr = *group.lr, wd = *group.weight_decay;
+    TensorList f_params, f_grads, f_avg, f_avg_sq, f_max;
+    std::vector<int64_t> f_steps;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& param = group.params[i];
+      const Tensor& grad = param.grad();
+      if (!grad.defined()) continue;
+      auto& st = state(g, i);
+      if (st.find("step") == st.end()) {
+        st["step"] = detail::scalar_tensor(0.0);
+        // Zeros in the parameter's layout, so channels_last parameters stay fusable.
+        const auto zeros_in_layout = [&] { return param.detach().clone().zero_(); };
+        st["exp_avg"] = zeros_in_layout();
+        st["exp_avg_sq"] = zeros_in_layout();
+        if (options_.amsgrad) st["max_exp_avg_sq"] = zeros_in_layout();
+      }
+      const auto t = static_cast<int64_t>(st["step"].item<double>()) + 1;
+      st["step"] = detail::scalar_tensor(static_cast<double>(t));
+      Tensor exp_avg = st["exp_avg"], exp_avg_sq = st["exp_avg_sq"];
+      Tensor max_sq = options_.amsgrad ? st["max_exp_avg_sq"] : Tensor();
+      if (cuda::multi_tensor_eligible(param, {grad, exp_avg, exp_avg_sq, max_sq})) {
+        f_params.push_back(param);
+        f_grads.push_back(grad);
+        f_avg.push_back(exp_avg);
+        f_avg_sq.push_back(exp_avg_sq);
+        f_max.push_back(max_sq);
+        f_steps.push_back(t);
+        continue;
+      }
+      Tensor grad_used = grad;
+      if (wd != 0.0) {
+        if (decoupled_weight_decay_) {
+          param.mul_(1.0 - lr * wd);
+        } else {
+          grad_used = add(grad, param, wd);
+        }
+      }
+      exp_avg.mul_(beta1).add_(grad_used, 1.0 - beta1);
+      exp_avg_sq.mul_(beta2).add_(mul(grad_used, grad_used), 1.0 - beta2);
+      const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+      const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t)));
+      Tensor denom;
+      if (options_.amsgrad) {
+        max_sq.copy_(maximum(max_sq, exp_avg_sq));
+        denom = sqrt(max_sq) / bias_correction2_sqrt + eps;
+      } else {
+        denom = sqrt(exp_avg_sq) / bias_correction2_sqrt + eps;
+      }
+      param.sub_(div(exp_avg, denom), lr / bias_correction1);
+    }
+    if (!f_params.empty()) {
+      cuda::multi_tensor_adam(f_params, f_grads, f_avg, f_avg_sq, f_max, f_steps,
+                              {.lr = lr,
+                               .beta1 = beta1,
+                               .beta2 = beta2,
+                               .eps = eps,
+                               .weight_decay = wd,
+                               .decoupled_weight_decay = decoupled_weight_decay_,
+                               .amsgrad = options_.amsgrad});
+    }
+  }
+}
+
+}  // namespace nabla::optim

@@ -1,0 +1,275 @@
+// Fused multi-tensor SGD and Adam(W) updates for float32 tensors on CUDA. A launch carries a
+// table of up to kMaxTensors tensors in its kernel argument (kept under the 4 KB argument
+// limit); blockIdx.y picks the tensor and the x blocks grid-stride over its elements, so a
+// group of up to kMaxTensors parameters takes one launch, and larger groups one per batch.
+// Arithmetic is float, as in PyTorch's fused optimizers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/stream.h"
+#include "nabla/core/error.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/reduce.h"
+#include "nabla/optim/multi_tensor.h"
+
+namespace nabla::optim::cuda {
+
+namespace {
+
+constexpr int kMaxTensors = 36;
+constexpr int kBlock = 256;
+constexpr int64_t kMaxBlocksX = 1024;
+
+struct SgdEntry {
+  float* param;
+  const float* grad;
+  float* buffer;  // null without momentum
+  int64_t numel;
+  int first;
+};
+struct SgdTable {
+  SgdEntry entries[kMaxTensors];
+};
+
+struct AdamEntry {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  float* max_exp_avg_sq;  // null without amsgrad
+  int64_t numel;
+  float step_size;  // lr / bias_correction1
+  float bias_correction2_sqrt;
+};
+struct AdamTable {
+  AdamEntry entries[kMaxTensors];
+};
+
+static_assert(sizeof(SgdTable) < 3800 && sizeof(AdamTable) < 3800, "kernel arguments are limited to 4 KB");
+
+__global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, float dampening,
+                           int nesterov) {
+  const SgdEntry e = table.entries[blockIdx.y];
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float p = e.param[i];
+    float d_p = e.grad[i];
+    if (wd != 0.0f) d_p += wd * p;
+    if (e.buffer != nullptr) {
+      float buf = e.first ? d_p : momentum * e.buffer[i] + (1.0f - dampening) * d_p;
+      e.buffer[i] = buf;
+      d_p = nesterov ? d_p + momentum * buf : buf;
+    }
+    e.param[i] = p - lr * d_p;
+  }
+}
+
+__global__ void adam_kernel(AdamTable table, float lr, float beta1, float beta2, float eps, float wd,
+                            int decoupled) {
+  const AdamEntry e = table.entries[blockIdx.y];
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float p = e.param[i];
+    float g = e.grad[i];
+    if (wd != 0.0f) {
+      if (decoupled) {
+        p *= 1.0f - lr * wd;
+      } else {
+        g += wd * p;
+      }
+    }
+    const float m = beta1 * e.exp_avg[i] + (1.0f - beta1) * g;
+    const float v = beta2 * e.exp_avg_sq[i] + (1.0f - beta2) * g * g;
+    e.exp_avg[i] = m;
+    e.exp_avg_sq[i] = v;
+    float v_used = v;
+    if (e.max_exp_avg_sq != nullptr) {
+      v_used = fmaxf(e.max_exp_avg_sq[i], v);
+      e.max_exp_avg_sq[i] = v_used;
+    }
+    const float denom = sqrtf(v_used) / e.bias_correction2_sqrt + eps;
+    e.param[i] = p - e.step_size * (m / denom);
+  }
+}
+
+constexpr int kMaxNormTensors = 128;
+struct NormEntry {
+  const float* data;
+  int64_t numel;
+};
+struct NormTable {
+  NormEntry entries[kMaxNormTensors];
+};
+static_assert(sizeof(NormTable) < 3800, "kernel arguments are limited to 4 KB");
+
+// partials[blockIdx.y * gridDim.x + blockIdx.x] = this block's share of sum(x^2) of tensor y.
+__global__ void sum_of_squares_kernel(NormTable table, float* partials) {
+  __shared__ float shared[kBlock];
+  const NormEntry e = table.entries[blockIdx.y];
+  float acc = 0.0f;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const float v = e.data[i];
+    acc += v * v;
+  }
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kBlock / 2; half > 0; half /= 2) {
+    if (static_cast<int>(threadIdx.x) < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[int64_t{blockIdx.y} * gridDim.x + blockIdx.x] = shared[0];
+}
+
+float* float_ptr(const Tensor& t) {
+  return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
+}
+
+// Sets the device of `t` for the scope and returns its current stream.
+class DeviceScope {
+ public:
+  explicit DeviceScope(const Tensor& t) {
+    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
+    NABLA_CUDA_CHECK(cudaSetDevice(t.device().index));
+    stream_ = static_cast<cudaStream_t>(nabla::cuda::current_stream(t.device().index).handle());
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  int previous_ = 0;
+  cudaStream_t stream_ = nullptr;
+};
+
+dim3 grid_for(int64_t max_numel, int count) {
+  const int64_t blocks = std::clamp<int64_t>((max_numel + kBlock - 1) / kBlock, 1, kMaxBlocksX);
+  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
+}
+
+void check_same_device(const TensorList& params) {
+  for (const auto& p : params) {
+    NABLA_CHECK(p.device() == params[0].device(),
+                "optim: a fused update needs all tensors on one device, got {} and {}", p.device().str(),
+                params[0].device().str());
+  }
+}
+
+}  // namespace
+
+Tensor multi_tensor_sum_of_squares(const TensorList& tensors) {
+  NABLA_CHECK(!tensors.empty(), "multi_tensor_sum_of_squares: needs at least one tensor");
+  check_same_device(tensors);
+  for (const auto& t : tensors) {
+    // Any dense layout: the sum of squares does not care about the order of the elements.
+    NABLA_CHECK(
+        t.is_cuda() && t.dtype() == kFloat32 &&
+            (t.is_contiguous() || t.is_contiguous(MemoryFormat::ChannelsLast)),
+        "multi_tensor_sum_of_squares: needs dense (contiguous or channels_last) float32 CUDA tensors, got {}",
+        describe(t));
+  }
+  DeviceScope scope(tensors[0]);
+  Tensor total;
+  for (size_t begin = 0; begin < tensors.size(); begin += kMaxNormTensors) {
+    const size_t end = std::min(tensors.size(), begin + kMaxNormTensors);
+    NormTable table{};
+    int64_t max_numel = 0;
+    for (size_t i = begin; i < end; ++i) {
+      table.entries[i - begin] = {static_cast<const float*>(tensors[i].data_ptr()), tensors[i].numel()};
+      max_numel = std::max(max_numel, tensors[i].numel());
+    }
+    const dim3 grid = grid_for(max_numel, static_cast<int>(end - begin));
+    Tensor partials =
+        empty({static_cast<int64_t>(grid.x) * grid.y}, {.dtype = kFloat32, .device = tensors[0].device()});
+    sum_of_squares_kernel<<<grid, kBlock, 0, scope.stream()>>>(table,
+                                                               static_cast<float*>(partials.data_ptr()));
+    NABLA_CUDA_CHECK_LAUNCH();
+    Tensor part = sum(partials);
+    total = total.defined() ? add(total, part) : part;
+  }
+  return total;
+}
+
+bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state) {
+  if (!param.is_cuda() || param.dtype() != kFloat32) return false;
+  if (!param.is_contiguous() && !param.is_contiguous(MemoryFormat::ChannelsLast)) return false;
+  for (const auto& t : grad_and_state) {
+    if (!t.defined()) continue;  // state the update does not use
+    if (t.dtype() != kFloat32 || t.device() != param.device() || t.sizes() != param.sizes() ||
+        t.strides() != param.strides()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const TensorList& buffers,
+                      const std::vector<bool>& first, const SgdStep& step) {
+  NABLA_ASSERT(params.size() == grads.size() && params.size() == buffers.size() &&
+               params.size() == first.size());
+  if (params.empty()) return;
+  check_same_device(params);
+  DeviceScope scope(params[0]);
+  for (size_t begin = 0; begin < params.size(); begin += kMaxTensors) {
+    const size_t end = std::min(params.size(), begin + kMaxTensors);
+    SgdTable table{};
+    int64_t max_numel = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const bool has_buffer = step.momentum != 0.0;
+      table.entries[i - begin] = {float_ptr(params[i]), float_ptr(grads[i]),
+                                  has_buffer ? float_ptr(buffers[i]) : nullptr, params[i].numel(),
+                                  first[i] ? 1 : 0};
+      max_numel = std::max(max_numel, params[i].numel());
+      params[i].bump_version();
+      if (has_buffer) buffers[i].bump_version();
+    }
+    sgd_kernel<<<grid_for(max_numel, static_cast<int>(end - begin)), kBlock, 0, scope.stream()>>>(
+        table, static_cast<float>(step.lr), static_cast<float>(step.weight_decay),
+        static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0);
+    NABLA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void multi_tensor_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                       const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
+                       const std::vector<int64_t>& steps, const AdamStep& step) {
+  NABLA_ASSERT(params.size() == grads.size() && params.size() == exp_avgs.size() &&
+               params.size() == exp_avg_sqs.size() && params.size() == max_exp_avg_sqs.size() &&
+               params.size() == steps.size());
+  if (params.empty()) return;
+  check_same_device(params);
+  DeviceScope scope(params[0]);
+  for (size_t begin = 0; begin < params.size(); begin += kMaxTensors) {
+    const size_t end = std::min(params.size(), begin + kMaxTensors);
+    AdamTable table{};
+    int64_t max_numel = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const auto t = static_cast<double>(steps[i]);
+      const double bias_correction1 = 1.0 - std::pow(step.beta1, t);
+      const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(step.beta2, t));
+      table.entries[i - begin] = {float_ptr(params[i]),
+                                  float_ptr(grads[i]),
+                                  float_ptr(exp_avgs[i]),
+                                  float_ptr(exp_avg_sqs[i]),
+                                  step.amsgrad ? float_ptr(max_exp_avg_sqs[i]) : nullptr,
+                                  params[i].numel(),
+                                  static_cast<float>(step.lr / bias_correction1),
+                                  static_cast<float>(bias_correction2_sqrt)};
+      max_numel = std::max(max_numel, params[i].numel());
+      params[i].bump_version();
+      exp_avgs[i].bump_version();
+      exp_avg_sqs[i].bump_version();
+      if (step.amsgrad) max_exp_avg_sqs[i].bump_version();
+    }
+    adam_kernel<<<grid_for(max_numel, static_cast<int>(end - begin)), kBlock, 0, scope.stream()>>>(
+        table, static_cast<float>(step.lr), static_cast<float>(step.beta1), static_cast<float>(step.beta2),
+        static_cast<float>(step.eps), static_cast<float>(step.weight_decay),
+        step.decoupled_weight_decay ? 1 : 0);
+    NABLA_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace nabla::optim::cuda

@@ -1,0 +1,40 @@
+// Fused multi-tensor updates on CUDA: one kernel launch covers every tensor of a list (in
+// batches of a fixed capacity), instead of several launches per tensor. Only a dense
+// (contiguous or channels_last) float32 CUDA parameter whose gradient and state tensors are
+// float32 with its very sizes and strides qualifies (multi_tensor_eligible): the update is then
+// elementwise over the same memory order. The optimizers update all other tensors with ordinary ops.
+// A build without CUDA has stubs that throw.
+#pragma once
+
+#include <vector>
+
+#include "nabla/core/tensor.h"
+
+namespace nabla::optim::cuda {
+
+bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state);
+
+struct SgdStep {
+  double lr, weight_decay, momentum, dampening;
+  bool nesterov;
+};
+// buffers[i] may be undefined when momentum == 0; first[i]: buffer i is new (set it to d_p).
+void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const TensorList& buffers,
+                      const std::vector<bool>& first, const SgdStep& step);
+
+struct AdamStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool decoupled_weight_decay, amsgrad;
+};
+// steps[i]: the step number of tensor i after this update (1 on the first). max_exp_avg_sqs
+// is used only with amsgrad.
+void multi_tensor_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
+                       const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
+                       const std::vector<int64_t>& steps, const AdamStep& step);
+
+// The sum of squares of all elements of `tensors` (each float32, dense, on one CUDA
+// device) as a 0-d float32 tensor on that device: one launch per batch of tensors writes
+// per-block partial sums, and one reduction adds them up (no host synchronization).
+Tensor multi_tensor_sum_of_squares(const TensorList& tensors);
+
+}  // namespace nabla::optim::cuda

@@ -1,0 +1,132 @@
+// The Optimizer base: group defaults, zero_grad and the tensor state dict.
+#include "nabla/optim/optimizer.h"
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/error.h"
+#include "nabla/ops/factory.h"
+
+namespace nabla::optim {
+
+namespace detail {
+Tensor scalar_tensor(double value) {
+  return full({}, value, {.dtype = kFloat64});
+}
+
+double scalar_value(const StateDict& state, const std::string& key) {
+  auto it = state.find(key);
+  NABLA_CHECK(it != state.end(), "load_state_dict: missing key '{}'", key);
+  NABLA_CHECK(it->second.numel() == 1, "load_state_dict: '{}' must hold one value, has shape {}", key,
+              shape_str(it->second.sizes()));
+  return it->second.to(kFloat64).cpu().item<double>();
+}
+}  // namespace detail
+
+std::vector<ParamGroup> param_groups(const std::vector<std::pair<std::string, Tensor>>& named_params,
+                                     const ParamGroupSplit& split, double weight_decay) {
+  ParamGroup decay, no_decay;
+  decay.weight_decay = weight_decay;
+  no_decay.weight_decay = 0.0;
+  no_decay.skip_adaptation = true;
+  for (const auto& [name, param] : named_params) {
+    bool excluded = false;
+    for (const auto& pattern : split.no_weight_decay)
+      excluded = excluded || name.find(pattern) != std::string::npos;
+    (excluded ? no_decay : decay).params.push_back(param);
+  }
+  std::vector<ParamGroup> groups;
+  if (!decay.params.empty()) groups.push_back(std::move(decay));
+  if (!no_decay.params.empty()) groups.push_back(std::move(no_decay));
+  return groups;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, Defaults defaults, const char* name)
+    : groups_(std::move(groups)) {
+  NABLA_CHECK(!groups_.empty(), "{}: needs at least one parameter group", name);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto& group = groups_[g];
+    NABLA_CHECK(!group.params.empty(), "{}: parameter group {} is empty", name, g);
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      NABLA_CHECK(group.params[i].defined() && group.params[i].is_floating_point(),
+                  "{}: parameter {} of group {} must be a defined floating-point tensor", name, i, g);
+    }
+    if (!group.lr) group.lr = defaults.lr;
+    if (!group.weight_decay) group.weight_decay = defaults.weight_decay;
+    if (!group.momentum) group.momentum = defaults.momentum;
+    NABLA_CHECK(*group.lr >= 0.0, "{}: lr must be >= 0, got {} in group {}", name, *group.lr, g);
+    NABLA_CHECK(*group.weight_decay >= 0.0, "{}: weight_decay must be >= 0, got {} in group {}", name,
+                *group.weight_decay, g);
+    NABLA_CHECK(*group.momentum >= 0.0, "{}: momentum must be >= 0, got {} in group {}", name,
+                *group.momentum, g);
+    state_.emplace_back(group.params.size());
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (auto& group : groups_) {
+    for (auto& param : group.params) {
+      if (!param.grad().defined()) continue;
+      if (set_to_none) {
+        param.set_grad(Tensor());
+      } else {
+        param.mutable_grad().zero_();
+      }
+    }
+  }
+}
+
+StateDict Optimizer::state_dict() const {
+  StateDict out;
+  out["step"] = detail::scalar_tensor(static_cast<double>(step_));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto prefix = "param_groups." + std::to_string(g) + ".";
+    out[prefix + "lr"] = detail::scalar_tensor(*groups_[g].lr);
+    out[prefix + "weight_decay"] = detail::scalar_tensor(*groups_[g].weight_decay);
+    out[prefix + "momentum"] = detail::scalar_tensor(*groups_[g].momentum);
+    for (size_t i = 0; i < state_[g].size(); ++i) {
+      for (const auto& [name, value] : state_[g][i]) {
+        out["state." + std::to_string(g) + "." + std::to_string(i) + "." + name] = value.detach().clone();
+      }
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const StateDict& state) {
+  NoGradGuard no_grad;
+  step_ = static_cast<int64_t>(detail::scalar_value(state, "step"));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto prefix = "param_groups." + std::to_string(g) + ".";
+    groups_[g].lr = detail::scalar_value(state, prefix + "lr");
+    groups_[g].weight_decay = detail::scalar_value(state, prefix + "weight_decay");
+    groups_[g].momentum = detail::scalar_value(state, prefix + "momentum");
+    for (auto& per_param : state_[g]) per_param.clear();
+  }
+  for (const auto& [key, value] : state) {
+    if (key.rfind("state.", 0) != 0) continue;
+    // state.<g>.<i>.<name>
+    const auto first = key.find('.', 6);
+    const auto second = first == std::string::npos ? first : key.find('.', first + 1);
+    NABLA_CHECK(second != std::string::npos,
+                "load_state_dict: malformed key '{}' (want state.<g>.<i>.<name>)", key);
+    const size_t g = std::stoul(key.substr(6, first - 6));
+    const size_t i = std::stoul(key.substr(first + 1, second - first - 1));
+    NABLA_CHECK(g < groups_.size() && i < groups_[g].params.size(),
+                "load_state_dict: key '{}' names a parameter this optimizer does not have ({} groups)", key,
+                groups_.size());
+    const auto name = key.substr(second + 1);
+    const Tensor& param = groups_[g].params[i];
+    if (name == "step") {
+      state_[g][i][name] = value.to(Device::cpu(), kFloat64).clone();
+    } else {
+      NABLA_CHECK(value.sizes() == param.sizes(), "load_state_dict: '{}' has shape {}, the parameter has {}",
+                  key, shape_str(value.sizes()), shape_str(param.sizes()));
+      // In the parameter's layout (channels_last stays channels_last), so fused updates apply.
+      Tensor copy = param.detach().clone();
+      copy.copy_(value.to(param.device(), param.dtype()));
+      state_[g][i][name] = copy;
+    }
+  }
+}
+
+}  // namespace nabla::optim

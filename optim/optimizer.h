@@ -1,0 +1,88 @@
+// Public header. The Optimizer base: parameter groups with per-group hyper-parameters, per-
+// parameter state, zero_grad, and a state_dict of tensors (scalars as 0-d tensors) so the whole
+// optimizer saves into a safetensors file. Optimizers see lists of tensors, never Modules.
+//
+//   auto opt = nb::optim::SGD(nb::optim::param_groups(model->named_parameters(),
+//                                                    {.no_weight_decay = {"bn", "bias"}}, 1e-4),
+//                             {.lr = 0.1, .momentum = 0.9});
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nabla/core/tensor.h"
+
+namespace nabla::optim {
+
+// One group of parameters. Unset hyper-parameters take the optimizer's defaults when the
+// optimizer is built; from then on they are always set, and schedulers write `lr`.
+struct ParamGroup {
+  TensorList params = {};
+  std::optional<double> lr = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+  std::optional<double> momentum = std::nullopt;
+  // LARS: no trust-ratio adaptation and no weight decay for this group (BN and bias).
+  bool skip_adaptation = false;
+};
+
+struct ParamGroupSplit {
+  std::vector<std::string> no_weight_decay = {};  // a name containing any of these goes to group 1
+};
+
+// Splits named parameters into {decayed (weight_decay), not decayed (0, skip_adaptation)}.
+// A group with no parameters is left out.
+std::vector<ParamGroup> param_groups(const std::vector<std::pair<std::string, Tensor>>& named_params,
+                                     const ParamGroupSplit& split, double weight_decay);
+
+using StateDict = std::map<std::string, Tensor>;
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+
+  // One update of every parameter that has a gradient, under NoGradGuard.
+  virtual void step() = 0;
+  // set_to_none drops the gradients (the next backward allocates); otherwise zeroes them.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  int64_t step_count() const { return step_; }
+
+  // Keys: "step", "param_groups.<g>.{lr,weight_decay,momentum}",
+  // "state.<g>.<i>.<name>" (for example momentum_buffer, exp_avg, exp_avg_sq, step).
+  StateDict state_dict() const;
+  // Needs the same groups with the same parameter counts; state tensors move to each
+  // parameter's device and dtype.
+  void load_state_dict(const StateDict& state);
+
+ protected:
+  struct Defaults {
+    double lr = 0.0;
+    double weight_decay = 0.0;
+    double momentum = 0.0;
+  };
+  Optimizer(std::vector<ParamGroup> groups, Defaults defaults, const char* name);
+
+  // The state of parameter `index` of group `group` (empty until its first update).
+  std::map<std::string, Tensor>& state(size_t group, size_t index) { return state_[group][index]; }
+
+  std::vector<ParamGroup> groups_;
+  std::vector<std::vector<std::map<std::string, Tensor>>> state_;
+  int64_t step_ = 0;
+};
+
+namespace detail {
+// A 0-d float64 CPU tensor, for scalars in state dicts.
+Tensor scalar_tensor(double value);
+double scalar_value(const StateDict& state, const std::string& key);
+}  // namespace detail
+
+}  // namespace nabla::optim

@@ -1,0 +1,84 @@
+// SGD: per tensor with ordinary ops, or one fused launch for the group's eligible CUDA tensors.
+#include "nabla/optim/sgd.h"
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/error.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+#include "nabla/optim/multi_tensor.h"
+
+namespace nabla::optim {
+
+namespace {
+std::vector<ParamGroup> single_group(TensorList params) {
+  std::vector<ParamGroup> groups(1);
+  groups[0].params = std::move(params);
+  return groups;
+}
+}  // namespace
+
+SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
+    : Optimizer(std::move(groups),
+                {.lr = options.lr, .weight_decay = options.weight_decay, .momentum = options.momentum},
+                "SGD"),
+      options_(options) {
+  NABLA_CHECK(options.dampening >= 0.0, "SGD: dampening must be >= 0, got {}", options.dampening);
+  for (const auto& group : groups_) {
+    NABLA_CHECK(!options.nesterov || (*group.momentum > 0.0 && options.dampening == 0.0),
+                "SGD: nesterov needs momentum > 0 and dampening == 0 (momentum {}, dampening {})",
+                *group.momentum, options.dampening);
+  }
+}
+
+SGD::SGD(TensorList params, SgdOptions options) : SGD(single_group(std::move(params)), options) {}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  ++step_;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    auto& group = groups_[g];
+    const double lr = *group.lr, wd = *group.weight_decay, momentum = *group.momentum;
+    TensorList fused_params, fused_grads, fused_buffers;
+    std::vector<bool> fused_first;
+    for (size_t i = 0; i < group.params.size(); ++i) {
+      Tensor& param = group.params[i];
+      const Tensor& grad = param.grad();
+      if (!grad.defined()) continue;
+      auto& st = state(g, i);
+      auto it = st.find("momentum_buffer");
+      const bool first = it == st.end();
+      Tensor buffer = first ? Tensor() : it->second;
+      if (cuda::multi_tensor_eligible(param, {grad, buffer})) {
+        // A new buffer takes the parameter's layout (the kernel sets it to d_p).
+        if (momentum != 0.0 && first) buffer = st["momentum_buffer"] = param.detach().clone();
+        fused_params.push_back(param);
+        fused_grads.push_back(grad);
+        fused_buffers.push_back(buffer);
+        fused_first.push_back(first);
+        continue;
+      }
+      Tensor d_p = grad;
+      if (wd != 0.0) d_p = add(d_p, param, wd);
+      if (momentum != 0.0) {
+        if (first) {
+          buffer = st["momentum_buffer"] = d_p.detach().clone();
+        } else {
+          buffer = it->second;
+          buffer.mul_(momentum).add_(d_p, 1.0 - options_.dampening);
+        }
+        d_p = options_.nesterov ? add(d_p, buffer, momentum) : buffer;
+      }
+      param.sub_(d_p, lr);
+    }
+    if (!fused_params.empty()) {
+      cuda::multi_tensor_sgd(fused_params, fused_grads, fused_buffers, fused_first,
+                             {.lr = lr,
+                              .weight_decay = wd,
+                              .momentum = momentum,
+                              .dampening = options_.dampening,
+                              .nesterov = options_.nesterov});
+    }
+  }
+}
+
+}  // namespace nabla::optim

@@ -1,0 +1,210 @@
+// ResNet parameter counts, torchvision's state_dict names, output shapes and options; the small
+// reference CNN's shapes; and a CPU training run of the small CNN to 100% train accuracy.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "test_util.h"
+
+namespace nb = nabla;
+namespace nn = nabla::nn;
+namespace models = nabla::nn::models;
+using nabla::testing::random_input;
+using nabla::testing::test_seed;
+
+namespace {
+
+int64_t count_parameters(const nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+std::vector<std::string> bn_keys(const std::string& prefix, bool with_buffers) {
+  std::vector<std::string> keys{prefix + ".weight", prefix + ".bias"};
+  if (with_buffers) {
+    for (const char* b : {".running_mean", ".running_var", ".num_batches_tracked"})
+      keys.push_back(prefix + b);
+  }
+  return keys;
+}
+
+// torchvision's naming rule for a bottleneck ResNet (torchvision/models/resnet.py): stem conv1 and
+// bn1; layer{1..4}.{i} with conv1..3 / bn1..3; downsample.0 (conv) and downsample.1 (BN) on each
+// stage's first block (the channel count changes on all four); fc. In state_dict order when
+// with_buffers (each module's parameters, then its buffers), named_parameters order otherwise.
+std::vector<std::string> torchvision_bottleneck_keys(std::array<int, 4> blocks, bool with_buffers) {
+  std::vector<std::string> keys{"conv1.weight"};
+  auto append = [&](const std::vector<std::string>& more) {
+    keys.insert(keys.end(), more.begin(), more.end());
+  };
+  append(bn_keys("bn1", with_buffers));
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < blocks[s]; ++b) {
+      std::string block = "layer" + std::to_string(s + 1) + "." + std::to_string(b);
+      for (int c = 1; c <= 3; ++c) {
+        keys.push_back(block + ".conv" + std::to_string(c) + ".weight");
+        append(bn_keys(block + ".bn" + std::to_string(c), with_buffers));
+      }
+      if (b == 0) {
+        keys.push_back(block + ".downsample.0.weight");
+        append(bn_keys(block + ".downsample.1", with_buffers));
+      }
+    }
+  }
+  append({"fc.weight", "fc.bias"});
+  return keys;
+}
+
+// Building a ResNet-50 draws 25M random numbers twice (about 2 s on one core): the tests share one.
+models::ResNet& shared_resnet50() {
+  static std::shared_ptr<models::ResNet> model = models::resnet50();
+  return *model;
+}
+
+}  // namespace
+
+TEST(ResNet, ParameterCountsMatchTorchvision) {
+  // torchvision's documented parameter counts (the weights tables of torchvision.models, e.g.
+  // ResNet50_Weights.IMAGENET1K_V1.meta["num_params"] = 25557032).
+  EXPECT_EQ(count_parameters(*models::resnet18()), 11689512);
+  EXPECT_EQ(count_parameters(*models::resnet34()), 21797672);
+  EXPECT_EQ(count_parameters(shared_resnet50()), 25557032);
+  EXPECT_EQ(count_parameters(*models::resnet101()), 44549160);
+  EXPECT_EQ(count_parameters(*models::resnet152()), 60192808);
+}
+
+TEST(ResNet, Resnet50NamesAreTorchvisions) {
+  models::ResNet* model = &shared_resnet50();
+  // len(torchvision.models.resnet50().state_dict()) == 320: 53 convs, 53 BNs * 5, fc * 2.
+  auto expected = torchvision_bottleneck_keys({3, 4, 6, 3}, true);
+  ASSERT_EQ(expected.size(), 320u);
+  auto sd = model->state_dict();
+  EXPECT_EQ(sd.size(), 320u);
+  std::set<std::string> got;
+  for (const auto& [k, _] : sd) got.insert(k);
+  EXPECT_EQ(got, std::set<std::string>(expected.begin(), expected.end()));
+  // named_parameters in torchvision's order (161 tensors).
+  std::vector<std::string> names;
+  for (const auto& [n, _] : model->named_parameters()) names.push_back(n);
+  EXPECT_EQ(names, torchvision_bottleneck_keys({3, 4, 6, 3}, false));
+  EXPECT_EQ(names.size(), 161u);
+  EXPECT_EQ(sd.at("layer1.0.downsample.1.num_batches_tracked").dtype(), nb::kInt64);
+  EXPECT_EQ(sd.at("layer4.2.conv3.weight").sizes(), (nb::Shape{2048, 512, 1, 1}));
+  EXPECT_EQ(sd.at("layer2.0.conv2.weight").sizes(), (nb::Shape{128, 128, 3, 3}));  // v1.5 stride here
+  EXPECT_EQ(sd.at("fc.weight").sizes(), (nb::Shape{1000, 2048}));
+  // ResNet-18: basic blocks, and downsample only on stages 2..4.
+  auto r18 = models::resnet18()->state_dict();
+  EXPECT_EQ(r18.size(), 122u);  // len(torchvision.models.resnet18().state_dict())
+  EXPECT_TRUE(r18.count("layer2.0.downsample.0.weight") && !r18.count("layer1.0.downsample.0.weight"));
+  EXPECT_TRUE(r18.count("layer4.1.bn2.running_var") && !r18.count("layer4.1.conv3.weight"));
+}
+
+TEST(ResNet, ForwardShapesAndInitialization) {
+  nb::manual_seed(test_seed());
+  nb::Tensor x = random_input({2, 3, 64, 64}, test_seed(), nb::kFloat32);
+  auto r18 = models::resnet18({.num_classes = 7});
+  EXPECT_EQ(r18->forward(x).sizes(), (nb::Shape{2, 7}));
+  models::ResNet* r50 = &shared_resnet50();
+  nb::Tensor logits = r50->forward(x);
+  EXPECT_EQ(logits.sizes(), (nb::Shape{2, 1000}));
+  EXPECT_EQ(r50->features(x).sizes(), (nb::Shape{2, 2048}));
+  logits.sum().backward();
+  EXPECT_TRUE(r50->conv1.weight.grad().defined());
+  EXPECT_EQ(r50->layer1.size(), 3u);
+  // torchvision init: He normal fan_out for convs; BN 1 / 0.
+  auto& c = r50->layer3[0];
+  auto* block = dynamic_cast<models::Bottleneck*>(&c);
+  ASSERT_NE(block, nullptr);
+  nb::Tensor w = block->conv2.weight.to(nb::kFloat64);
+  double std = std::sqrt((w * w).mean().item<double>());
+  EXPECT_NEAR(std / std::sqrt(2.0 / (256 * 9)), 1.0, 0.05);
+  EXPECT_EQ(nb::min(block->bn3.weight).item<float>(), 1.0f);
+  EXPECT_EQ(nb::max(block->bn3.bias.abs()).item<float>(), 0.0f);
+}
+
+TEST(ResNet, ZeroInitResidualCifarStemAndChannels) {
+  auto model = models::resnet18(
+      {.num_classes = 10, .zero_init_residual = true, .in_channels = 1, .small_input_stem = true});
+  EXPECT_EQ(model->conv1.weight.sizes(), (nb::Shape{64, 1, 3, 3}));
+  for (const auto& [n, p] : model->named_parameters()) {
+    bool last_bn = n.find(".bn2.weight") != std::string::npos;
+    if (last_bn) {
+      EXPECT_EQ(nb::max(p.abs()).item<float>(), 0.0f) << n;
+    }
+    if (n == "bn1.weight") {
+      EXPECT_EQ(nb::min(p).item<float>(), 1.0f);
+    }
+  }
+  // No max-pool and a stride-1 stem: a 16x16 input reaches layer4 at 2x2 (a 7x7 stem would give 1x1).
+  nb::Tensor x = random_input({2, 1, 16, 16}, test_seed(), nb::kFloat32);
+  nb::Tensor y = model->layer1(model->relu(model->bn1(model->conv1(x))));
+  EXPECT_EQ(y.sizes(), (nb::Shape{2, 64, 16, 16}));
+  EXPECT_EQ(model->forward(x).sizes(), (nb::Shape{2, 10}));
+  // A one-block-per-stage bottleneck ResNet: the same code path as ResNet-50 at a third the size.
+  models::ResNet r50(models::BlockKind::bottleneck, {1, 1, 1, 1}, {.zero_init_residual = true});
+  auto* b = dynamic_cast<models::Bottleneck*>(&r50.layer2[0]);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(nb::max(b->bn3.weight.abs()).item<float>(), 0.0f);
+  EXPECT_EQ(nb::min(b->bn2.weight).item<float>(), 1.0f);
+  EXPECT_NABLA_ERROR(model->forward(random_input({1, 3, 16, 16}, test_seed(), nb::kFloat32)), "(N, 1, H, W)");
+}
+
+TEST(SmallCnn, ShapesAndNames) {
+  models::SmallCnn model;
+  nb::Tensor x = random_input({3, 1, 28, 28}, test_seed(), nb::kFloat32);
+  EXPECT_EQ(model.forward(x).sizes(), (nb::Shape{3, 10}));
+  EXPECT_EQ(model.fc1.weight.sizes(), (nb::Shape{128, 64 * 7 * 7}));
+  std::vector<std::string> names;
+  for (const auto& [n, _] : model.named_parameters()) names.push_back(n);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"conv1.weight", "bn1.weight", "bn1.bias", "conv2.weight", "bn2.weight",
+                                      "bn2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"}));
+  EXPECT_NABLA_ERROR(models::SmallCnn({.image_size = 10}), "multiple of 4");
+}
+
+// 64 images 1x12x12 of noise; the class is the quadrant that is brighter. Hand-written SGD with
+// momentum (optim is a separate library) reaches 100% accuracy on the training set in eval mode.
+TEST(SmallCnn, TrainsToFullAccuracyOnCpu) {
+  nb::manual_seed(test_seed());
+  const int64_t n = 64, side = 12, half = side / 2;
+  std::vector<double> noise = nb::rand({n, 1, side, side}, {.dtype = nb::kFloat64}).to_vector<double>();
+  std::vector<int64_t> labels(n);
+  for (int64_t i = 0; i < n; ++i) {
+    labels[i] = (i * 7 + i / 4) % 4;  // every class, in no simple order
+    int64_t r0 = labels[i] / 2 * half, c0 = labels[i] % 2 * half;
+    for (int64_t r = r0; r < r0 + half; ++r)
+      for (int64_t c = c0; c < c0 + half; ++c) noise[(i * side + r) * side + c] += 0.5;
+  }
+  nb::Tensor x = nb::tensor<double>(noise, {n, 1, side, side}).to(nb::kFloat32);
+  nb::Tensor y = nb::tensor<int64_t>(labels, {n});
+
+  models::SmallCnn model({.image_size = side, .num_classes = 4});
+  auto params = model.parameters();
+  std::vector<nb::Tensor> velocity;
+  for (const auto& p : params) velocity.push_back(nb::zeros_like(p));
+  auto accuracy = [&] {
+    nb::NoGradGuard no_grad;
+    model.eval();
+    nb::Tensor pred = nb::argmax(model.forward(x), 1);
+    model.train();
+    return nb::eq(pred, y).to(nb::kFloat64).mean().item<double>();
+  };
+  const double lr = 0.05, momentum = 0.9;
+  int step = 0;
+  double acc = 0;
+  for (; step < 150 && acc < 1.0; ++step) {
+    model.zero_grad();
+    nb::Tensor loss = nb::cross_entropy(model.forward(x), y);
+    loss.backward();
+    {
+      nb::NoGradGuard no_grad;
+      for (size_t k = 0; k < params.size(); ++k) {
+        velocity[k].mul_(momentum).add_(params[k].grad());
+        params[k].sub_(velocity[k], lr);
+      }
+    }
+    if (step % 5 == 4) acc = accuracy();
+  }
+  EXPECT_EQ(acc, 1.0) << "after " << step << " steps";
+}
