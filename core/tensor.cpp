@@ -63,7 +63,9 @@ Tensor Tensor::alias(const Tensor& base, const Shape& sizes, const Shape& stride
   return Tensor(std::make_shared<TensorImpl>(base.storage(), offset, sizes, strides, base.dtype()));
 }
 
-bool Tensor::is_pinned() const { return is_cpu() && cuda::is_pinned(storage()->data()); }
+bool Tensor::is_pinned() const {
+  return is_cpu() && cuda::is_pinned(storage()->data());
+}
 
 int64_t Tensor::size(int64_t dim) const {
   return sizes()[wrap_dim(dim, this->dim(), "size")];

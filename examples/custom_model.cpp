@@ -37,7 +37,11 @@ struct Net : nb::nn::Module {
   Block block1, block2;
   nb::nn::Linear fc;
 
-  Net() : stem({.in = 3, .out = 16, .kernel = 3, .padding = 1}), block1(16), block2(16), fc({.in = 16, .out = 4}) {
+  Net()
+      : stem({.in = 3, .out = 16, .kernel = 3, .padding = 1}),
+        block1(16),
+        block2(16),
+        fc({.in = 16, .out = 4}) {
     register_modules({{"stem", stem}, {"block1", block1}, {"block2", block2}, {"fc", fc}});
   }
 
@@ -97,6 +101,7 @@ int main(int argc, char** argv) {
   restored.to(device);
   restored.eval();
   bool same = nb::eq(nb::argmax(restored(images), 1), predicted).to(nb::kInt64).sum().item<int64_t>() == 128;
-  std::printf("checkpoint %s: restored model %s\n", checkpoint.c_str(), same ? "predicts the same" : "DIFFERS");
+  std::printf("checkpoint %s: restored model %s\n", checkpoint.c_str(),
+              same ? "predicts the same" : "DIFFERS");
   return same && accuracy > 0.9 ? 0 : 1;
 }

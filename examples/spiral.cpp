@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   for (int step = 0; step <= steps; ++step) {
     auto h = nb::relu(nb::matmul(x, w1) + b1);  // (600, 64)
     auto logits = nb::matmul(h, w2) + b2;       // (600, 3)
-    auto loss = nb::cross_entropy(logits, y);  // mean over the batch, from logits
+    auto loss = nb::cross_entropy(logits, y);   // mean over the batch, from logits
     for (auto& p : params) p.set_grad(nb::Tensor());
     loss.backward();
     {

@@ -70,7 +70,8 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor Tensor::pin_memory() const {
   NABLA_CHECK(is_cpu(), "pin_memory: only CPU tensors can be pinned, got {}", describe(*this));
   if (is_pinned()) return *this;
-  Tensor out = Tensor::empty(sizes(), {.dtype = dtype(), .memory_format = suggest_memory_format(), .pinned_memory = true});
+  Tensor out = Tensor::empty(
+      sizes(), {.dtype = dtype(), .memory_format = suggest_memory_format(), .pinned_memory = true});
   NoGradGuard no_grad;
   out.copy_(*this);
   return out;

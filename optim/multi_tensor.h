@@ -3,7 +3,8 @@
 // (contiguous or channels_last) float32 CUDA parameter whose gradient and state tensors are
 // float32 with its very sizes and strides qualifies (multi_tensor_eligible): the update is then
 // elementwise over the same memory order. The optimizers update all other tensors with ordinary ops.
-// A build without CUDA has stubs that throw.
+// In a build without CUDA these entry points throw "built without CUDA" (never reached: no tensor
+// can live on a device there).
 #pragma once
 
 #include <vector>

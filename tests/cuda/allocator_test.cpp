@@ -6,8 +6,8 @@
 namespace nabla {
 namespace {
 
-#define SKIP_WITHOUT_CACHING_GPU()                                                 \
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";                     \
+#define SKIP_WITHOUT_CACHING_GPU()                             \
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device"; \
   if (cuda::allocator_backend() != "caching") GTEST_SKIP() << "native allocator"
 
 constexpr size_t kMiB = size_t{1} << 20;

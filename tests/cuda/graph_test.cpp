@@ -18,7 +18,9 @@ struct Mlp {
 };
 
 Mlp make_mlp(Device device, uint64_t seed) {
-  auto p = [&](const Shape& s, uint64_t k) { return (random_input(s, seed + k, kFloat32) * 0.3).to(device).requires_grad_(); };
+  auto p = [&](const Shape& s, uint64_t k) {
+    return (random_input(s, seed + k, kFloat32) * 0.3).to(device).requires_grad_();
+  };
   return {p({16, 32}, 1), p({32}, 2), p({32, 4}, 3), p({4}, 4)};
 }
 

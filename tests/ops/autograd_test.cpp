@@ -134,8 +134,8 @@ TEST(Autograd, CreateGraphGivesSecondDerivatives) {
 }
 
 // Hessian-vector product through create_graph against a central difference of the gradient.
-::testing::AssertionResult hessian_vector_matches(const std::function<Tensor(const Tensor&)>& f, const Tensor& x0,
-                                                  uint64_t seed) {
+::testing::AssertionResult hessian_vector_matches(const std::function<Tensor(const Tensor&)>& f,
+                                                  const Tensor& x0, uint64_t seed) {
   Tensor u = random_input(x0.sizes(), seed, kFloat64);
   auto gradient_at = [&](const Tensor& at, bool create_graph) {
     Tensor x = at.detach().clone().requires_grad_();
@@ -146,7 +146,8 @@ TEST(Autograd, CreateGraphGivesSecondDerivatives) {
   x.set_grad(Tensor());
   (g * u).sum().backward();  // H u
   const double eps = 1e-6;
-  Tensor numeric = (gradient_at(x0 + u * eps, false).second - gradient_at(x0 - u * eps, false).second) / (2 * eps);
+  Tensor numeric =
+      (gradient_at(x0 + u * eps, false).second - gradient_at(x0 - u * eps, false).second) / (2 * eps);
   return all_close(x.grad(), numeric, 1e-5, 1e-6);
 }
 
