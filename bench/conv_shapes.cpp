@@ -21,6 +21,7 @@
 #include "nabla/core/cuda/stream.h"
 #include "nabla/nabla.h"
 #include "nabla/ops/cuda/conv_kernels.h"
+#include "timing.h"
 
 namespace {
 
@@ -58,21 +59,7 @@ const std::vector<ConvShape> kShapes = {
     {"l4 3x3 512", 512, 7, 512, 3, 1, 1, 2},
 };
 
-double median_ms(const std::function<void()>& fn, int runs, int warmup) {
-  nabla::cuda::Stream stream = nabla::cuda::current_stream();
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    nabla::cuda::Event start(true), stop(true);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(start.elapsed_ms(stop));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using nabla::bench::median_ms;
 
 }  // namespace
 

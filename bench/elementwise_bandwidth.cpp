@@ -18,6 +18,7 @@
 #include "nabla/core/cuda/stream.h"
 #include "nabla/nabla.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "timing.h"
 
 namespace {
 
@@ -31,21 +32,7 @@ struct Row {
   bool kernel;   // counts towards the target
 };
 
-double median_ms(const std::function<void()>& fn, int runs, int warmup) {
-  nabla::cuda::Stream stream = nabla::cuda::current_stream();
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    nabla::cuda::Event start(true), stop(true);
-    start.record(stream);
-    fn();
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(start.elapsed_ms(stop));
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using nabla::bench::median_ms;
 
 }  // namespace
 
