@@ -71,4 +71,27 @@ IterationPlan<N> plan_iteration(const std::array<const Tensor*, N>& operands) {
   return plan;
 }
 
+// Dims of t of size > 1, largest stride first (t's memory order; reductions use it to read any
+// layout, channels_last included, in place).
+inline std::vector<int64_t> memory_order(const Tensor& t) {
+  std::vector<int64_t> order;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) != 1) order.push_back(d);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  return order;
+}
+
+// Dense strides for `sizes` whose memory order is `order` (a permutation of the dims of size > 1).
+inline Shape dense_strides_in_order(const Shape& sizes, const std::vector<int64_t>& order) {
+  Shape strides(sizes.size(), 1);
+  int64_t running = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    strides[*it] = running;
+    running *= sizes[*it];
+  }
+  return strides;
+}
+
 }  // namespace nabla::ops

@@ -2,6 +2,7 @@
 // reduce_layout.h), output buffers, and the reduce / reduce_with_index entry points, which pick
 // a launcher by op. The launchers and kernels are in the reduce_*.cu files.
 #include "nabla/ops/cuda/reduce_layout.h"
+#include "nabla/ops/iteration.h"
 
 #include <cuda_runtime_api.h>
 
@@ -19,25 +20,9 @@ namespace nabla::ops::cuda {
 
 namespace {
 
-// Dims of size > 1, largest stride first.
-std::vector<int64_t> memory_order(const Tensor& t) {
-  std::vector<int64_t> order;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) != 1) order.push_back(d);
-  }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
-  return order;
-}
-
 // A dense copy of x whose memory order is `order` (a permutation of x's dims), with x's sizes.
 Tensor dense_copy(const Tensor& x, const std::vector<int64_t>& order) {
-  Shape strides(x.dim(), 1);
-  int64_t running = 1;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    strides[*it] = running;
-    running *= x.size(*it);
-  }
+  Shape strides = dense_strides_in_order(x.sizes(), order);
   Tensor buffer = Tensor::empty({x.numel()}, {.dtype = x.dtype(), .device = x.device()});
   Tensor view = Tensor::alias(buffer, x.sizes(), strides, 0);
   copy(x, view);
