@@ -94,4 +94,29 @@ inline Shape dense_strides_in_order(const Shape& sizes, const std::vector<int64_
   return strides;
 }
 
+// Strides of a reduction's dense result, per dim of the keepdim shape: the kept dims of
+// `sizes` in memory order `order`, reduced dims 0.
+inline Shape reduced_output_strides(const Shape& sizes, const std::vector<int64_t>& order,
+                                    const std::vector<bool>& reduced) {
+  Shape strides(sizes.size(), 0);
+  int64_t running = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (reduced[*it]) continue;
+    strides[*it] = running;
+    running *= sizes[*it];
+  }
+  return strides;
+}
+
+// Where a kernel writes a dense result laid out by `strides`: `out` itself when its strides
+// agree, else a temporary that the backend then copies into `out`.
+inline Tensor output_buffer(const Tensor& out, const Shape& strides) {
+  for (int64_t d = 0; d < out.dim(); ++d) {
+    if (out.size(d) > 1 && out.stride(d) != strides[d]) {
+      return Tensor::empty({out.numel()}, {.dtype = out.dtype(), .device = out.device()});
+    }
+  }
+  return out;
+}
+
 }  // namespace nabla::ops

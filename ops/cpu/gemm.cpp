@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "nabla/ops/cpu/linalg_kernels.h"
+#include "nabla/ops/matrix_layout.h"
 
 namespace nabla::ops::cpu {
 
@@ -19,29 +20,6 @@ namespace {
 // Products below this many multiply-adds are too small for Eigen's own threads to pay off, so a
 // batch of them is better spread over threads one product each.
 constexpr int64_t kSmallGemm = int64_t{1} << 18;
-
-struct MatrixLayout {
-  bool ok = false;
-  bool row_major = true;
-  int64_t ld = 1;  // elements between rows (row-major) or between columns (column-major)
-};
-
-// A dim of size 1 may have any stride, so it never decides the layout.
-MatrixLayout layout_of(int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
-  const int64_t r = std::max<int64_t>(rows, 1), c = std::max<int64_t>(cols, 1);
-  if ((cols == 1 || col_stride == 1) && (rows == 1 || row_stride >= c)) {
-    return {.ok = true, .row_major = true, .ld = rows == 1 ? c : row_stride};
-  }
-  if ((rows == 1 || row_stride == 1) && (cols == 1 || col_stride >= r)) {
-    return {.ok = true, .row_major = false, .ld = cols == 1 ? r : col_stride};
-  }
-  return {};
-}
-
-MatrixLayout layout_of(const Tensor& t) {
-  const int64_t n = t.dim();
-  return layout_of(t.size(n - 2), t.size(n - 1), t.stride(n - 2), t.stride(n - 1));
-}
 
 template <typename T, int Order>
 using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,

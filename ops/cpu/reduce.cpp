@@ -102,25 +102,8 @@ Layout plan_layout(const Tensor& x, const std::vector<bool>& reduced) {
       layout.outer *= size;
     }
   }
-  layout.out_strides.assign(x.dim(), 0);
-  int64_t running = 1;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (reduced[*it]) continue;
-    layout.out_strides[*it] = running;
-    running *= x.size(*it);
-  }
+  layout.out_strides = reduced_output_strides(x.sizes(), order, reduced);
   return layout;
-}
-
-// Where a kernel writes a dense result laid out by `strides`: `out` itself when its strides
-// agree, else a temporary that finish_output() copies into `out`.
-Tensor output_buffer(const Tensor& out, const Shape& strides) {
-  for (int64_t d = 0; d < out.dim(); ++d) {
-    if (out.size(d) > 1 && out.stride(d) != strides[d]) {
-      return Tensor::empty({out.numel()}, {.dtype = out.dtype(), .device = out.device()});
-    }
-  }
-  return out;
 }
 
 void finish_output(const Tensor& buffer, const Tensor& out, const Shape& strides) {

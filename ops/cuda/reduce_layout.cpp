@@ -89,23 +89,8 @@ ReduceLayout plan_reduce_layout(const Tensor& x, const std::vector<bool>& reduce
   if (k < runs.size() && !runs[k].reduced) layout.i = runs[k++].size;
   NABLA_ASSERT(k == runs.size(), "reduction layout: {} runs left unplaced", runs.size() - k);
 
-  layout.out_strides.assign(x.dim(), 0);
-  int64_t running = 1;
-  for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    if (reduced[*it]) continue;
-    layout.out_strides[*it] = running;
-    running *= x.size(*it);
-  }
+  layout.out_strides = reduced_output_strides(x.sizes(), order, reduced);
   return layout;
-}
-
-Tensor output_buffer(const Tensor& out, const Shape& strides) {
-  for (int64_t d = 0; d < out.dim(); ++d) {
-    if (out.size(d) > 1 && out.stride(d) != strides[d]) {
-      return Tensor::empty({out.numel()}, {.dtype = out.dtype(), .device = out.device()});
-    }
-  }
-  return out;
 }
 
 void finish_output(const Tensor& buffer, const Tensor& out, const Shape& strides) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "nabla/core/tensor.h"
+#include "nabla/ops/iteration.h"
 
 namespace nabla::ops::cuda {
 
@@ -30,9 +31,9 @@ struct ReduceLayout {
 
 ReduceLayout plan_reduce_layout(const Tensor& x, const std::vector<bool>& reduced);
 
-// Where a kernel writes a result laid out by `strides`: `out` itself when its strides agree,
-// else a temporary that finish_output() copies into `out`.
-Tensor output_buffer(const Tensor& out, const Shape& strides);
+// Kernels write a result laid out by `strides` into ops::output_buffer(out, strides)
+// (ops/iteration.h); finish_output() copies it into `out` when that was a temporary.
+using ops::output_buffer;
 void finish_output(const Tensor& buffer, const Tensor& out, const Shape& strides);
 
 // Streaming multiprocessors of a device (queried once per device).
