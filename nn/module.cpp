@@ -143,7 +143,9 @@ Module& Module::to(DType dtype) {
 
 Module& Module::to(MemoryFormat format) {
   convert_tensors(
-      [&](const Tensor& t) { return t.dim() == 4 && !t.is_contiguous(format) ? t.contiguous(format) : t; });
+      // contiguous(format) also gives a tensor that is both layouts (one channel, 1x1 kernel) the
+      // format's exact strides, which convs read (see ops/conv.cpp).
+      [&](const Tensor& t) { return t.dim() == 4 ? t.contiguous(format) : t; });
   return *this;
 }
 

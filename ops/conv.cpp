@@ -23,7 +23,9 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
+#include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/dispatch.h"
@@ -113,6 +115,22 @@ Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
   return Tensor::empty(sizes, {.dtype = like.dtype(), .device = like.device(), .memory_format = format});
 }
 
+// The activations' layout: x's. A tensor that is NCHW and NHWC at once (one input channel, as in
+// an MNIST stem) is channels_last when its strides are exactly NHWC's (contiguous(ChannelsLast)
+// makes them so) or when the weight is channels_last, so a channels_last model stays NHWC from
+// its first conv on.
+MemoryFormat conv_format(const Tensor& x, const Tensor& w) {
+  if (x.suggest_memory_format() == MemoryFormat::ChannelsLast) return MemoryFormat::ChannelsLast;
+  if (!x.is_contiguous(MemoryFormat::ChannelsLast)) return MemoryFormat::Contiguous;
+  const bool nhwc_strides =
+      x.strides() == channels_last_strides(x.sizes()) && x.strides() != contiguous_strides(x.sizes());
+  const bool nhwc_weight =
+      w.suggest_memory_format() == MemoryFormat::ChannelsLast ||
+      (w.is_contiguous(MemoryFormat::ChannelsLast) && w.strides() == channels_last_strides(w.sizes()) &&
+       w.strides() != contiguous_strides(w.sizes()));
+  return nhwc_strides || nhwc_weight ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
 // The layout cuDNN runs in for activations of `format`: NCHW for float64 (no NHWC kernels).
 MemoryFormat cudnn_format(MemoryFormat format, DType dtype) {
   return dtype == kFloat64 ? MemoryFormat::Contiguous : format;
@@ -126,13 +144,14 @@ Tensor to_float32(const Tensor& t) {
 Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::ConvParams& p,
                const Shape& out) {
   NoGradGuard no_grad;
-  const MemoryFormat format = x.suggest_memory_format();
+  const MemoryFormat format = conv_format(x, w);
   if (x.is_cpu() && is_reduced_float(x.dtype())) {
     return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out).to(x.dtype());
   }
   const Tensor b = bias.defined() ? bias.contiguous() : bias;
   switch (x.device().type) {
     case DeviceType::CPU: {
+      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
       Tensor y = empty_in(out, x, MemoryFormat::Contiguous);
       ops::cpu::conv2d_forward(x.contiguous(), w.contiguous(), b, y, p);
       return y.contiguous(format);
@@ -157,6 +176,7 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
   }
   switch (w.device().type) {
     case DeviceType::CPU: {
+      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
       Tensor gx = empty_in(x_sizes, w, MemoryFormat::Contiguous);
       ops::cpu::conv2d_backward_input(grad_y.contiguous(), w.contiguous(), gx, p);
       return gx.contiguous(format);
@@ -182,12 +202,13 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
   const MemoryFormat w_format = w.suggest_memory_format();
   switch (x.device().type) {
     case DeviceType::CPU: {
+      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
       Tensor gw = empty_in(w.sizes(), x, MemoryFormat::Contiguous);
       ops::cpu::conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), gw, p);
       return gw.contiguous(w_format);
     }
     case DeviceType::CUDA: {
-      const MemoryFormat format = cudnn_format(x.suggest_memory_format(), x.dtype());
+      const MemoryFormat format = cudnn_format(conv_format(x, w), x.dtype());
       if (x.size(0) == 0)
         return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
       Tensor gw = empty_in(w.sizes(), x, format);
@@ -210,7 +231,10 @@ void refuse_double_backward(const Tensor& result, const TensorList& inputs, cons
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dOptions options) {
+Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
+  // Autocast: lower precision (before the checks, which need one dtype).
+  const auto [x, weight, bias] =
+      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
   const Shape out = check_conv2d(x, weight, bias, options);
   const ops::ConvParams p = params_of(options);
   Tensor y = forward(x, weight, bias, p, out);
@@ -222,7 +246,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv2dO
                        const Tensor& w = ctx.saved[1];
                        Tensor grad_x, grad_w, grad_b;
                        if (ctx.needs(0)) {
-                         grad_x = input_gradient(g, w, x.sizes(), x.suggest_memory_format(), p);
+                         grad_x = input_gradient(g, w, x.sizes(), conv_format(x, w), p);
                          refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
                        }
                        if (ctx.needs(1)) {

@@ -11,6 +11,8 @@
 // or from a GPU runs wherever the data has to be rearranged anyway.
 #include "nabla/ops/copy.h"
 
+#include <atomic>
+
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/ops/autograd/function.h"
@@ -24,8 +26,25 @@ namespace nabla {
 
 namespace {
 
+std::atomic<int64_t> conversions_total{0};
+std::atomic<int64_t> conversions_cpu_conv{0};
+thread_local bool in_cpu_conv_staging = false;
+
+// Counts a copy of dense 4-d `src` into `format` when that changes the memory format.
+void count_layout_change(const Tensor& src, MemoryFormat format) {
+  if (src.dim() != 4 || src.is_contiguous(format)) return;
+  if (!is_non_overlapping_and_dense(src.sizes(), src.strides())) return;  // a gather, not a relayout
+  conversions_total.fetch_add(1, std::memory_order_relaxed);
+  if (in_cpu_conv_staging) conversions_cpu_conv.fetch_add(1, std::memory_order_relaxed);
+}
+
 bool is_dense(const Tensor& t) {
   return is_non_overlapping_and_dense(t.sizes(), t.strides());
+}
+
+// Dense in NCHW and in NHWC order at once (one channel, or 1x1 pixels), with distinct strides.
+bool is_both_formats(const Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous() && t.is_contiguous(MemoryFormat::ChannelsLast);
 }
 
 bool same_dense_layout(const Tensor& a, const Tensor& b) {
@@ -91,6 +110,8 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
   NABLA_CHECK(broadcast_shapes(dst.sizes(), src.sizes(), "copy_") == dst.sizes(),
               "copy_: source {} cannot be broadcast to destination {}", describe(src), describe(dst));
   autograd::check_inplace(dst, "copy_");
+  if (dst.dim() == 4 && dst.sizes() == src.sizes() && is_dense(dst))
+    count_layout_change(src, dst.suggest_memory_format());
   {
     NoGradGuard no_grad;
     copy_values(dst, src);
@@ -113,8 +134,14 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
 Tensor to(const Tensor& x, Device device, DType dtype) {
   ops::check_defined("to", x, "self");
   if (x.device() == device && x.dtype() == dtype) return x;
-  MemoryFormat format = x.suggest_memory_format();
-  Tensor out = Tensor::empty(x.sizes(), {.dtype = dtype, .device = device, .memory_format = format});
+  // A tensor that is NCHW and NHWC at once keeps its exact strides (a one-channel NHWC tensor
+  // stays NHWC-strided, so convs keep reading it as channels_last); any other gets its
+  // suggested format.
+  Tensor out =
+      is_both_formats(x)
+          ? empty_with_layout(x, dtype, device)
+          : Tensor::empty(x.sizes(),
+                          {.dtype = dtype, .device = device, .memory_format = x.suggest_memory_format()});
   {
     NoGradGuard no_grad;
     copy_values(out, x);
@@ -132,7 +159,11 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
 Tensor clone(const Tensor& x, MemoryFormat format) {
   ops::check_defined("clone", x, "self");
   MemoryFormat f = format == MemoryFormat::Preserve ? x.suggest_memory_format() : format;
-  Tensor out = Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = f});
+  count_layout_change(x, f);
+  // Preserve keeps exact strides where the format alone cannot say them, as to() does.
+  Tensor out = format == MemoryFormat::Preserve && is_both_formats(x)
+                   ? empty_with_layout(x, x.dtype(), x.device())
+                   : Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = f});
   {
     NoGradGuard no_grad;
     copy_values(out, x);
@@ -147,8 +178,36 @@ Tensor clone(const Tensor& x, MemoryFormat format) {
 Tensor contiguous(const Tensor& x, MemoryFormat format) {
   ops::check_defined("contiguous", x, "self");
   NABLA_CHECK(format != MemoryFormat::Preserve, "contiguous: MemoryFormat::Preserve is not a layout to make");
-  if (x.is_contiguous(format)) return x;
+  if (x.is_contiguous(format)) {
+    // A tensor that is NCHW and NHWC at once gets NHWC's exact strides, so that it reads as
+    // channels_last downstream (no data moves; see ops::with_format_strides).
+    if (format == MemoryFormat::ChannelsLast && x.strides() != channels_last_strides(x.sizes()))
+      return ops::with_format_strides(x, format);
+    return x;
+  }
   return clone(x, format);
 }
+
+namespace debug {
+
+LayoutConversions layout_conversions() {
+  return {.total = conversions_total.load(std::memory_order_relaxed),
+          .cpu_conv_staging = conversions_cpu_conv.load(std::memory_order_relaxed)};
+}
+
+void reset_layout_conversions() {
+  conversions_total.store(0, std::memory_order_relaxed);
+  conversions_cpu_conv.store(0, std::memory_order_relaxed);
+}
+
+CpuConvStagingScope::CpuConvStagingScope() : previous_(in_cpu_conv_staging) {
+  in_cpu_conv_staging = true;
+}
+
+CpuConvStagingScope::~CpuConvStagingScope() {
+  in_cpu_conv_staging = previous_;
+}
+
+}  // namespace debug
 
 }  // namespace nabla

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
@@ -69,6 +70,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   ops::check_defined(name, a_in, "self");
   ops::check_defined(name, b_in, "other");
   ops::check_same_device(name, {a_in, b_in});
+  // Autocast: widest. Every binary front end comes here, and this promotion is that rule.
   DType common = binary_dtype(op, a_in, b_in);
   Tensor a = cast_to(a_in, common), b = cast_to(b_in, common);
   Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
@@ -155,6 +157,7 @@ Tensor scalar_op(UnaryOp op, const Tensor& x, double s, const char* name) {
 }  // namespace
 
 // ---- binary ----------------------------------------------------------------------------------
+// Autocast: widest (mixed inputs promote in binary_forward), except pow: float32.
 
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor y = binary_forward(BinaryOp::Add, a, b, "add", alpha);
@@ -197,7 +200,9 @@ Tensor div(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor pow(const Tensor& a, const Tensor& b) {
+Tensor pow(const Tensor& a_in, const Tensor& b_in) {
+  // Autocast: float32.
+  const auto [a, b] = ops::autocast(ops::AutocastCategory::Float32, {a_in, b_in});
   Tensor y = binary_forward(BinaryOp::Pow, a, b, "pow");
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
@@ -210,7 +215,9 @@ Tensor pow(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-Tensor pow(const Tensor& a, double exponent) {
+Tensor pow(const Tensor& a_in, double exponent) {
+  // Autocast: float32.
+  const Tensor a = ops::autocast_one(ops::AutocastCategory::Float32, a_in);
   Tensor y = unary_forward(UnaryOp::PowScalar, a, "pow", {.a = exponent});
   if (autograd::needs_grad({a})) {
     autograd::record("PowScalarBackward", {a}, {y}, {a}, [exponent](BackwardContext& c) {
@@ -275,12 +282,16 @@ Tensor sign(const Tensor& x) {
                   [](BackwardContext& c) { return TensorList{zeros_like(c.grad())}; });
 }
 
-Tensor exp(const Tensor& x) {
+Tensor exp(const Tensor& x_in) {
+  // Autocast: float32.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
   return unary_op(UnaryOp::Exp, x, "exp", "ExpBackward", false, true,
                   [](BackwardContext& c) { return TensorList{c.grad() * c.saved[0]}; });
 }
 
-Tensor log(const Tensor& x) {
+Tensor log(const Tensor& x_in) {
+  // Autocast: float32.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
   return unary_op(UnaryOp::Log, x, "log", "LogBackward", true, false,
                   [](BackwardContext& c) { return TensorList{c.grad() / c.saved[0]}; });
 }

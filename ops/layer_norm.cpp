@@ -3,6 +3,7 @@
 // per-row mean and 1 / std for the backward, which is one fused kernel per backend.
 #include <cmath>
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
@@ -64,8 +65,11 @@ TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x_in, const Shape& normalized_shape, const Tensor& weight_in,
-                  const Tensor& bias_in, double eps) {
+Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg,
+                  const Tensor& bias_arg, double eps) {
+  // Autocast: float32 (statistics and output).
+  const auto [x_in, weight_in, bias_in] =
+      ops::autocast(ops::AutocastCategory::Float32, {x_arg, weight_arg, bias_arg});
   ops::check_defined("layer_norm", x_in, "input");
   NABLA_CHECK(x_in.is_floating_point(), "layer_norm: expected a floating-point input, got {}",
               describe(x_in));

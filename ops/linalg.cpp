@@ -12,6 +12,7 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
@@ -117,9 +118,11 @@ TensorList matmul_backward(const Tensor& grad, const Tensor& a, const Tensor& b,
   return {grad_a, grad_b};
 }
 
-Tensor matmul_op(const char* op, const Tensor& a, const Tensor& b) {
-  ops::check_defined(op, a, "a");
-  ops::check_defined(op, b, "b");
+Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
+  ops::check_defined(op, a_in, "a");
+  ops::check_defined(op, b_in, "b");
+  // Autocast: lower precision (matmul, mm and bmm all come here).
+  const auto [a, b] = ops::autocast(ops::AutocastCategory::LowerPrecision, {a_in, b_in});
   ops::check_same_device(op, {a, b});
   check_floating_pair(op, a, b);
   NABLA_CHECK(a.dim() >= 1 && b.dim() >= 1, "{}: expected operands of at least 1 dim, got {} and {}", op,
@@ -223,9 +226,12 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_op("bmm", a, b);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  ops::check_defined("linear", x, "x");
-  ops::check_defined("linear", weight, "weight");
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  ops::check_defined("linear", x_in, "x");
+  ops::check_defined("linear", weight_in, "weight");
+  // Autocast: lower precision.
+  const auto [x, weight, bias] =
+      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
   ops::check_same_device("linear", {x, weight, bias});
   check_floating_pair("linear", x, weight);
   NABLA_CHECK(weight.dim() == 2, "linear: expected a 2-d weight (out_features, in_features), got {}",

@@ -14,6 +14,7 @@
 
 #include <optional>
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/loss_kernels.h"
 #include "nabla/ops/cuda/loss_kernels.h"
@@ -168,7 +169,9 @@ Tensor softplus_neg(const Tensor& x) {
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& o) {
+Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossEntropyOptions& o) {
+  // Autocast: float32 (as every loss).
+  const Tensor logits = ops::autocast_one(ops::AutocastCategory::Float32, logits_in);
   NABLA_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0,
               "cross_entropy: expected label_smoothing in [0, 1], got {}", o.label_smoothing);
   return unbatched_or(logits, target, o.reduction, [&](const Tensor& x, const Tensor& t) {
@@ -185,21 +188,30 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
   });
 }
 
-Tensor nll_loss(const Tensor& logp, const Tensor& target, const NllLossOptions& o) {
+Tensor nll_loss(const Tensor& logp_in, const Tensor& target, const NllLossOptions& o) {
+  // Autocast: float32.
+  const Tensor logp = ops::autocast_one(ops::AutocastCategory::Float32, logp_in);
   return unbatched_or(logp, target, o.reduction, [&](const Tensor& x, const Tensor& t) {
     check_class_target("nll_loss", x, t);
     return reduce_class_loss(nll_pick("nll_loss", x, t, o.ignore_index), t, o.ignore_index, o.reduction);
   });
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, const MseLossOptions& o) {
+Tensor mse_loss(const Tensor& input_in, const Tensor& target_in, const MseLossOptions& o) {
+  // Autocast: float32.
+  const auto [input, target] = ops::autocast(ops::AutocastCategory::Float32, {input_in, target_in});
   check_same_shape("mse_loss", input, target);
   const Tensor diff = input - target;
   return reduce_loss(diff * diff, o.reduction);
 }
 
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        const BceWithLogitsOptions& o) {
+Tensor binary_cross_entropy_with_logits(const Tensor& logits_in, const Tensor& target_in,
+                                        const BceWithLogitsOptions& o_in) {
+  // Autocast: float32 (pos_weight too).
+  const auto [logits, target, pos_weight] =
+      ops::autocast(ops::AutocastCategory::Float32, {logits_in, target_in, o_in.pos_weight});
+  BceWithLogitsOptions o = o_in;
+  o.pos_weight = pos_weight;
   const char* op = "binary_cross_entropy_with_logits";
   check_same_shape(op, logits, target);
   const Tensor& pw = o.pos_weight;

@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
@@ -275,9 +276,11 @@ Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, cons
   return y;
 }
 
-Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_in, const Tensor& residual,
+Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_arg, const Tensor& residual,
                         const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var,
                         const BatchNormOptions& options) {
+  // Autocast: norm statistics (as batch_norm).
+  const Tensor x_in = ops::autocast_one(ops::AutocastCategory::NormStatistics, x_arg);
   validate(op, x_in, weight, bias, running_mean, running_var, options);
   if (residual.defined()) {
     NABLA_CHECK(residual.sizes() == x_in.sizes() && residual.dtype() == x_in.dtype() &&
@@ -295,8 +298,10 @@ Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_in, co
 
 }  // namespace
 
-Tensor batch_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+Tensor batch_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                   Tensor& running_var, BatchNormOptions options) {
+  // Autocast: norm statistics (x keeps its dtype; the statistics are float32 in the kernels).
+  const Tensor x_in = ops::autocast_one(ops::AutocastCategory::NormStatistics, x_arg);
   validate("batch_norm", x_in, weight, bias, running_mean, running_var, options);
   const Tensor x = dense_input(x_in);
   const Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);

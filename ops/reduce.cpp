@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
@@ -206,8 +207,10 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
 
 }  // namespace
 
-Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
-  ops::check_defined("sum", x, "self");
+Tensor sum(const Tensor& x_in, const Shape& dims_in, bool keepdim) {
+  ops::check_defined("sum", x_in, "self");
+  // Autocast: float32.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
   const Shape dims = reduction_dims(x, dims_in, "sum");
   Tensor out = run_reduce(ReduceOp::Sum, x, dims, keepdim, x.is_floating_point() ? x.dtype() : kInt64);
   if (autograd::needs_grad({x})) {
@@ -218,8 +221,10 @@ Tensor sum(const Tensor& x, const Shape& dims_in, bool keepdim) {
   return out;
 }
 
-Tensor mean(const Tensor& x, const Shape& dims_in, bool keepdim) {
-  check_floating(x, "mean");
+Tensor mean(const Tensor& x_in, const Shape& dims_in, bool keepdim) {
+  check_floating(x_in, "mean");
+  // Autocast: float32.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
   const Shape dims = reduction_dims(x, dims_in, "mean");
   Tensor out = run_reduce(ReduceOp::Mean, x, dims, keepdim, x.dtype());
   if (autograd::needs_grad({x})) {

@@ -3,6 +3,7 @@
 // input gives a channels_last output), so the kernel writes it in place of a copy.
 #include "nabla/ops/softmax.h"
 
+#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
@@ -55,10 +56,12 @@ Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
-  return softmax_forward(x, dim, false);
+  // Autocast: float32.
+  return softmax_forward(ops::autocast_one(ops::AutocastCategory::Float32, x), dim, false);
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
-  return softmax_forward(x, dim, true);
+  // Autocast: float32.
+  return softmax_forward(ops::autocast_one(ops::AutocastCategory::Float32, x), dim, true);
 }
 
 }  // namespace nabla

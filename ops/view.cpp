@@ -285,6 +285,13 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return reshape(x, sizes);
 }
 
+Tensor ops::with_format_strides(const Tensor& x, MemoryFormat format) {
+  NABLA_ASSERT(x.is_contiguous(format),
+               "with_format_strides: the tensor must already be dense in the format");
+  return make_view(x, x.sizes(), strides_for(x.sizes(), format), x.storage_offset(), "RestrideBackward",
+                   reshape_back(x.sizes()));
+}
+
 Tensor as_strided(const Tensor& x, const Shape& sizes, const Shape& strides, std::optional<int64_t> offset) {
   ops::check_defined("as_strided", x, "self");
   NABLA_CHECK(sizes.size() == strides.size(), "as_strided: {} sizes but {} strides", sizes.size(),

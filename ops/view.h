@@ -27,4 +27,12 @@ Tensor contiguous(const Tensor& x, MemoryFormat format = MemoryFormat::Contiguou
 Tensor as_strided(const Tensor& x, const Shape& sizes, const Shape& strides,
                   std::optional<int64_t> offset = std::nullopt);
 
+namespace ops {
+// Internal (contiguous()). A view of x, which must already be dense in `format`, with exactly
+// that format's strides: for a tensor that is both NCHW and NHWC (one channel, or 1x1 pixels)
+// only the strides of its size-1 dims change, which address nothing, so no data moves. Convs
+// read those strides to keep such a tensor channels_last (ops/conv.cpp).
+Tensor with_format_strides(const Tensor& x, MemoryFormat format);
+}  // namespace ops
+
 }  // namespace nabla

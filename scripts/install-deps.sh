@@ -10,6 +10,8 @@ packages=(
   libturbojpeg0-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
+  python3-torch python3-torchvision python3-numpy
+  dataset-fashion-mnist mate-backgrounds libgloo-dev
 )
 
 missing=()

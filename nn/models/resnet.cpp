@@ -1,7 +1,9 @@
 // ResNet v1.5 as torchvision builds it: the same modules, names, order and initialization.
 #include "nabla/nn/models/resnet.h"
 
+#include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/error.h"
+#include "nabla/nn/checkpoint.h"
 #include "nabla/nn/init.h"
 
 namespace nabla::nn::models {
@@ -147,10 +149,27 @@ ResNet::ResNet(BlockKind kind, std::array<int64_t, 4> blocks_per_stage, const Re
 Tensor ResNet::features(const Tensor& x) {
   NABLA_CHECK(x.dim() == 4 && x.size(1) == options_.in_channels,
               "ResNet: expected input (N, {}, H, W), got {}", options_.in_channels, describe(x));
-  Tensor y = relu(bn1(conv1(x)));
-  if (!options_.small_input_stem) y = maxpool(y);
-  y = layer4(layer3(layer2(layer1(y))));
+  Tensor y;
+  if (options_.checkpoint_segments > 0 && is_training() && GradMode::is_enabled()) {
+    // The stem's layers and every block, as one list split into segments.
+    std::vector<Module*> modules{&conv1, &bn1, &relu};
+    if (!options_.small_input_stem) modules.push_back(&maxpool);
+    for (Sequential* stage : {&layer1, &layer2, &layer3, &layer4}) {
+      for (size_t i = 0; i < stage->size(); ++i) modules.push_back(&(*stage)[i]);
+    }
+    y = checkpoint_sequential(modules, options_.checkpoint_segments, x);
+  } else {
+    y = relu(bn1(conv1(x)));
+    if (!options_.small_input_stem) y = maxpool(y);
+    y = layer4(layer3(layer2(layer1(y))));
+  }
   return avgpool(y).flatten(1);
+}
+
+void ResNet::set_checkpoint_segments(int segments) {
+  NABLA_CHECK(segments >= 0, "ResNet: checkpoint segments must be >= 0 (0 turns checkpointing off), got {}",
+              segments);
+  options_.checkpoint_segments = segments;
 }
 
 Tensor ResNet::forward(const Tensor& x) {

@@ -19,6 +19,9 @@ struct ResNetOptions {
   bool zero_init_residual = false;  // start each block's last BN weight at 0 (the block as identity)
   int64_t in_channels = 3;
   bool small_input_stem = false;  // CIFAR-style stem: 3x3 stride-1 conv1 and no max-pool
+  // Gradient checkpointing while training: the stem layers and the blocks, split into this many
+  // segments (nn::checkpoint_sequential). 0: off. Activations then cost about 1/segments.
+  int checkpoint_segments = 0;
 };
 
 // Two 3x3 convs (ResNet-18/34).
@@ -62,6 +65,7 @@ class ResNet : public Module {
   Tensor forward(const Tensor& x) override;
   // The pooled features before fc: (N, 512 * expansion).
   Tensor features(const Tensor& x);
+  void set_checkpoint_segments(int segments);
 
   Conv2d conv1;
   BatchNorm2d bn1;

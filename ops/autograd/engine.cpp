@@ -12,6 +12,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/autograd/nodes.h"
@@ -26,6 +27,9 @@ uint64_t priority(const Node* node) {
   return dynamic_cast<const AccumulateGrad*>(node) ? std::numeric_limits<uint64_t>::max() : node->sequence_nr;
 }
 
+// The callbacks queued during the outermost backward pass running on this thread.
+thread_local std::vector<std::function<void()>>* current_callbacks = nullptr;
+
 struct ReadyEntry {
   uint64_t priority;
   Node* node;
@@ -33,6 +37,13 @@ struct ReadyEntry {
 };
 
 }  // namespace
+
+void queue_callback(std::function<void()> callback) {
+  NABLA_CHECK(current_callbacks != nullptr,
+              "autograd::queue_callback: no backward pass is running on this thread; call it from "
+              "a gradient hook");
+  current_callbacks->push_back(std::move(callback));
+}
 
 void backward(const TensorList& roots, const TensorList& root_grads, BackwardOptions options) {
   NABLA_CHECK(root_grads.empty() || root_grads.size() == roots.size(),
@@ -79,6 +90,14 @@ void backward(const TensorList& roots, const TensorList& root_grads, BackwardOpt
 
   // 2./3. Run in dependency order.
   AutoGradMode grad_mode(options.create_graph);
+  // Gradients follow the dtypes the forward chose; the policy must not re-cast them (a bias
+  // gradient summed in float32 would no longer match its float16 input). See amp.md.
+  const autocast::State autocast_before = autocast::current();
+  autocast::set_current({.enabled = false});
+  struct RestoreAutocast {
+    autocast::State state;
+    ~RestoreAutocast() { autocast::set_current(state); }
+  } restore_autocast{autocast_before};
   std::unordered_map<Node*, TensorList> buffers;
   auto add_to_buffer = [&](Node* node, uint32_t input_nr, Tensor g) {
     auto& buffer = buffers[node];
@@ -86,6 +105,17 @@ void backward(const TensorList& roots, const TensorList& root_grads, BackwardOpt
     Tensor& slot = buffer[input_nr];
     slot = slot.defined() ? slot + g : std::move(g);
   };
+  // Callbacks belong to the outermost backward on this thread: a backward nested inside a node
+  // (gradient checkpointing's recompute) must not flush DDP's buckets early.
+  std::vector<std::function<void()>> callbacks;
+  const bool outermost = current_callbacks == nullptr;
+  struct RestoreCallbacks {
+    bool outermost;
+    ~RestoreCallbacks() {
+      if (outermost) current_callbacks = nullptr;
+    }
+  } restore_callbacks{outermost};
+  if (outermost) current_callbacks = &callbacks;
   std::priority_queue<ReadyEntry> ready;
   for (size_t i = 0; i < root_edges.size(); ++i)
     add_to_buffer(root_edges[i].node.get(), root_edges[i].input_nr, initial[i]);
@@ -118,6 +148,11 @@ void backward(const TensorList& roots, const TensorList& root_grads, BackwardOpt
         add_to_buffer(e.node.get(), e.input_nr, std::move(outputs[i]));
       if (--dependencies[e.node.get()] == 0) ready.push({priority(e.node.get()), e.node.get()});
     }
+  }
+  // A callback may queue another (run after it); index, since push_back can reallocate.
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto callback = std::move(callbacks[i]);
+    callback();
   }
 }
 

@@ -2,6 +2,8 @@
 // grad, accumulated into the leaves' .grad. Tensor::backward() calls this.
 #pragma once
 
+#include <functional>
+
 #include "nabla/core/tensor.h"
 
 namespace nabla::autograd {
@@ -14,5 +16,12 @@ struct BackwardOptions {
 
 // `root_grads[i]` may be undefined when roots[i] has one element (the gradient is then 1).
 void backward(const TensorList& roots, const TensorList& root_grads = {}, BackwardOptions options = {});
+
+// Runs `callback` once the backward pass in progress on this thread has finished (every node
+// ran, every leaf gradient is accumulated), before backward() returns. For a backward nested
+// inside another (a checkpointed segment's recompute), that is the end of the outermost one. Only valid from
+// inside a backward pass, e.g. from a gradient hook; DistributedDataParallel uses it to flush its gradient
+// buckets at the end of backward.
+void queue_callback(std::function<void()> callback);
 
 }  // namespace nabla::autograd

@@ -343,9 +343,11 @@ class CurrentDevice {
   int previous_ = 0;
 };
 
-// NHWC when the activation is not plain NCHW (the front end makes it one or the other).
+// NHWC when any operand is not plain NCHW (the front end makes them one or the other). An
+// operand can be both (one channel, or a 1x1 kernel), so no single one decides: a one-channel
+// input of a channels_last stem is NCHW-contiguous too, while its output is NHWC.
 bool check_layouts(const char* op, const Tensor& x, const Tensor& w, const Tensor& y) {
-  const bool nhwc = !x.is_contiguous();
+  const bool nhwc = !x.is_contiguous() || !w.is_contiguous() || !y.is_contiguous();
   const MemoryFormat format = nhwc ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
   for (const Tensor* t : {&x, &w, &y}) {
     NABLA_ASSERT(t->is_contiguous(format),

@@ -28,6 +28,13 @@ if [[ -x $build/examples/custom_model ]]; then
   rm -f "$out/custom_model.safetensors"
 fi
 
+# The user-project example with its own CUDA kernel (built by tests/install/custom_op_test.sh
+# with NABLA_CUSTOM_OP_OUT=build/cuda/examples/custom_op).
+if [[ -x $build/examples/custom_op ]]; then
+  echo "== examples/custom_op" >> "$out/bench.txt"
+  "$build/examples/custom_op" >> "$out/bench.txt" 2>&1 || status=1
+fi
+
 # PyTorch beside nabla, in the same call, for the ratios in docs/performance.md.
 if python3 -c 'import torch' 2> /dev/null; then
   echo "== torch_conv_shapes.py" >> "$out/bench.txt"

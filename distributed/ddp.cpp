@@ -1,0 +1,238 @@
+#include "nabla/distributed/ddp.h"
+
+#include <map>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/engine.h"
+#include "nabla/ops/ops.h"
+
+namespace nabla::distributed {
+
+struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
+  struct Slot {
+    std::string name;
+    Tensor param;
+    Tensor view;  // this parameter's slice of its bucket, shaped like the parameter
+    size_t bucket = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    Tensor flat;
+    std::vector<size_t> slots;
+    size_t pending = 0;
+    std::shared_ptr<Work> work;
+  };
+
+  ProcessGroup* group = nullptr;
+  DdpOptions options;
+  std::vector<Slot> slots;
+  std::vector<Bucket> buckets;
+  bool sync_enabled = true;
+  bool in_backward = false;
+  size_t next_launch = 0;
+
+  void start_backward() {
+    in_backward = true;
+    next_launch = 0;
+    for (auto& s : slots) s.ready = false;
+    for (auto& b : buckets) {
+      b.pending = b.slots.size();
+      b.work.reset();
+    }
+  }
+
+  // Makes the parameter's .grad its bucket view (a first accumulation creates a fresh tensor).
+  void adopt_gradient(Slot& slot) {
+    const Tensor& grad = slot.param.grad();
+    if (grad.defined() && grad.data_ptr() == slot.view.data_ptr()) return;
+    NoGradGuard no_grad;
+    if (grad.defined()) {
+      slot.view.copy_(grad);
+    } else {
+      slot.view.zero_();
+    }
+    slot.param.set_grad(slot.view);
+  }
+
+  void launch_ready_buckets() {
+    while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
+      auto& b = buckets[next_launch++];
+      b.work = group->allreduce(b.flat, ReduceOp::average);
+    }
+  }
+
+  void on_gradient(size_t index) {
+    if (!in_backward) {
+      start_backward();
+      autograd::queue_callback([weak = weak_from_this()] {
+        if (auto state = weak.lock()) state->finish_backward();
+      });
+    }
+    Slot& slot = slots[index];
+    adopt_gradient(slot);
+    if (!sync_enabled || slot.ready) return;
+    slot.ready = true;
+    --buckets[slot.bucket].pending;
+    launch_ready_buckets();
+  }
+
+  void finish_backward() {
+    in_backward = false;
+    if (!sync_enabled) return;
+    std::vector<std::string> unused;
+    for (auto& s : slots) {
+      if (s.ready) continue;
+      if (!options.find_unused_parameters) {
+        unused.push_back(s.name);
+        continue;
+      }
+      // Its slot takes part as zeros (or as what no_sync passes accumulated), so ranks that did
+      // use the parameter still average over the whole world.
+      adopt_gradient(s);
+      s.ready = true;
+      --buckets[s.bucket].pending;
+    }
+    if (!unused.empty()) {
+      std::string names;
+      for (size_t i = 0; i < unused.size() && i < 8; ++i) names += (i ? ", " : "") + unused[i];
+      if (unused.size() > 8) names += fmt::format(", ... ({} in all)", unused.size());
+      throw Error(
+          fmt::format("DistributedDataParallel: parameters got no gradient in this backward pass: {}. Every "
+                      "rank must produce a gradient for every parameter, or the allreduce would hang. Use "
+                      "them in forward, set requires_grad_(false) on them before wrapping, or construct DDP "
+                      "with {{.find_unused_parameters = true}}",
+                      names));
+    }
+    launch_ready_buckets();
+    for (auto& b : buckets) {
+      if (b.work) b.work->wait();
+    }
+  }
+};
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGroup& group, DdpOptions options)
+    : module_(module), group_(group), state_(std::make_shared<State>()) {
+  NABLA_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
+              "DistributedDataParallel: bucket sizes must be positive, got {} MB and first {} MB",
+              options.bucket_cap_mb, options.first_bucket_cap_mb);
+  state_->group = &group;
+  state_->options = options;
+
+  // Everyone starts from rank 0's weights and buffers.
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : module.named_parameters()) {
+      Tensor t = p.contiguous();
+      group.broadcast(t, 0)->wait();
+      if (t.data_ptr() != p.data_ptr()) p.copy_(t);
+    }
+  }
+  broadcast_buffers();
+
+  // Buckets in reverse registration order, split by dtype and device, capped by size.
+  auto params = module.named_parameters();
+  std::vector<std::pair<std::string, Tensor>> trainable;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    if (it->second.requires_grad()) trainable.push_back(*it);
+  }
+  NABLA_CHECK(!trainable.empty(), "DistributedDataParallel: the module has no parameters that require grad");
+  std::vector<std::vector<size_t>> groups;
+  std::vector<size_t> current;
+  size_t current_bytes = 0;
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    const Tensor& p = trainable[i].second;
+    double cap = (groups.empty() ? options.first_bucket_cap_mb : options.bucket_cap_mb) * 1024 * 1024;
+    bool other_kind = !current.empty() && (trainable[current.front()].second.dtype() != p.dtype() ||
+                                           trainable[current.front()].second.device() != p.device());
+    if (!current.empty() && (other_kind || static_cast<double>(current_bytes) >= cap)) {
+      groups.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += static_cast<size_t>(p.nbytes());
+  }
+  groups.push_back(std::move(current));
+
+  for (const auto& members : groups) {
+    State::Bucket bucket;
+    int64_t total = 0;
+    for (size_t i : members) total += trainable[i].second.numel();
+    const Tensor& first = trainable[members.front()].second;
+    bucket.flat = zeros({total}, {.dtype = first.dtype(), .device = first.device()});
+    int64_t offset = 0;
+    for (size_t i : members) {
+      const auto& [name, p] = trainable[i];
+      State::Slot slot{name, p, bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()),
+                       state_->buckets.size(), false};
+      offset += p.numel();
+      bucket.slots.push_back(state_->slots.size());
+      state_->slots.push_back(std::move(slot));
+    }
+    state_->buckets.push_back(std::move(bucket));
+  }
+
+  for (size_t index = 0; index < state_->slots.size(); ++index) {
+    state_->slots[index].param.register_post_accumulate_grad_hook(
+        [weak = std::weak_ptr<State>(state_), index](const Tensor&) {
+          if (auto state = weak.lock()) state->on_gradient(index);
+        });
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() = default;
+
+Tensor DistributedDataParallel::operator()(const Tensor& x) {
+  if (state_->options.broadcast_buffers && module_.is_training() && group_.size() > 1) broadcast_buffers();
+  return module_.forward(x);
+}
+
+void DistributedDataParallel::broadcast_buffers() {
+  NoGradGuard no_grad;
+  // One flat tensor per (dtype, device): a single collective instead of one per buffer.
+  std::map<std::pair<int, std::string>, std::vector<Tensor>> groups;
+  for (auto& [name, b] : module_.named_buffers()) {
+    if (b.defined() && b.numel() > 0) groups[{static_cast<int>(b.dtype()), b.device().str()}].push_back(b);
+  }
+  for (auto& [key, buffers] : groups) {
+    TensorList flat_parts;
+    for (const auto& b : buffers) flat_parts.push_back(b.reshape({-1}));
+    Tensor flat = cat(flat_parts, 0);
+    group_.broadcast(flat, 0)->wait();
+    if (group_.rank() == 0) continue;
+    int64_t offset = 0;
+    for (auto& b : buffers) {
+      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
+      offset += b.numel();
+    }
+  }
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<std::string>> layout;
+  for (const auto& b : state_->buckets) {
+    auto& names = layout.emplace_back();
+    for (size_t i : b.slots) names.push_back(state_->slots[i].name);
+  }
+  return layout;
+}
+
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp)
+    : ddp_(ddp), previous_(ddp.state_->sync_enabled) {
+  ddp.state_->sync_enabled = false;
+}
+
+DistributedDataParallel::NoSync::~NoSync() {
+  ddp_.state_->sync_enabled = previous_;
+}
+
+std::function<void(Tensor&)> agree_found_inf(ProcessGroup& group) {
+  return [&group](Tensor& flag) {
+    // NaN != 0 is true, so a NaN flag counts as found; max over ranks is then "any rank".
+    Tensor found = ne(flag, 0.0).to(kFloat32);
+    group.allreduce(found, ReduceOp::max)->wait();
+    flag.copy_(found);
+  };
+}
+
+}  // namespace nabla::distributed

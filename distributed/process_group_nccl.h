@@ -1,0 +1,50 @@
+// Public header. The CUDA ProcessGroup on NCCL.
+//
+//   nabla::cuda::set_device(local_rank);
+//   ProcessGroupNccl group(*store, rank, world_size);        // NCCL id shared through the store
+//   group.allreduce(grad, ReduceOp::average)->wait();        // compute stream waits; host does not
+//
+// Collectives run on the group's own communication stream: it first waits (on the device) for
+// the work already queued on the caller's current stream, and wait() makes the current stream
+// wait for the collective. The host never blocks, so communication overlaps compute.
+//
+// Faults: the communicator is non-blocking, and a watchdog thread polls ncclCommGetAsyncError
+// and each collective's age. On an error or a timeout it aborts the communicator
+// (ncclCommAbort, never a blocking destroy), so no kernel spins forever; the next call on the
+// group or on any of its Work handles throws CollectiveError naming the rank, the collective
+// and the timeout.
+#pragma once
+
+#include <memory>
+
+#include "nabla/distributed/process_group.h"
+#include "nabla/distributed/store.h"
+
+namespace nabla::distributed {
+
+class ProcessGroupNccl : public ProcessGroup {
+ public:
+  // Binds the group to the current CUDA device. Every rank of the group must call this with the
+  // same store keys (a fresh PrefixStore per group).
+  ProcessGroupNccl(Store& store, int rank, int size, ProcessGroupOptions options = {});
+  ~ProcessGroupNccl() override;
+
+  std::string backend() const override { return "nccl"; }
+  std::shared_ptr<Work> allreduce(Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+  std::shared_ptr<Work> broadcast(Tensor& tensor, int root = 0) override;
+  std::shared_ptr<Work> allgather(Tensor& output, const Tensor& input) override;
+  std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
+                                       ReduceOp op = ReduceOp::sum) override;
+  std::shared_ptr<Work> barrier() override;
+
+  // Aborts the communicator now, as the watchdog does on a fault (for tests and for shutting down
+  // a job whose peer is known to be dead). Later calls throw CollectiveError.
+  void abort(const std::string& reason);
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace nabla::distributed

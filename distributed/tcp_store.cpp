@@ -1,0 +1,114 @@
+#include "nabla/distributed/tcp_store.h"
+
+#include <cstdlib>
+
+#include "nabla/distributed/tcp_store_server.h"
+
+namespace nabla::distributed {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  long long parsed = std::strtoll(v, &end, 10);
+  NABLA_CHECK(end && *end == '\0' && parsed >= lo && parsed <= hi,
+              "environment variable {}='{}' is not an integer in [{}, {}]", name, v, lo, hi);
+  return parsed;
+}
+
+std::vector<uint8_t> key_request(StoreOp op, const std::vector<std::string>& keys) {
+  std::vector<uint8_t> out;
+  net::put_u8(out, static_cast<uint8_t>(op));
+  net::put_i64(out, static_cast<int64_t>(keys.size()));
+  for (const auto& k : keys) net::put_string(out, k);
+  return out;
+}
+
+std::string seconds(std::chrono::milliseconds t) {
+  return fmt::format("{:.1f} s", t.count() / 1000.0);
+}
+
+}  // namespace
+
+TcpStore::TcpStore(std::string host, uint16_t port, TcpStoreOptions options)
+    : host_(std::move(host)), port_(port), options_(options) {
+  timeout_ = options.timeout;
+  if (options.is_server) {
+    server_ = std::make_unique<TcpStoreServer>(port);
+    port_ = server_->port();
+  }
+  socket_ = net::connect(options.is_server ? "127.0.0.1" : host_, port_, options.connect_timeout);
+}
+
+TcpStore::~TcpStore() = default;
+
+std::unique_ptr<TcpStore> TcpStore::from_env(TcpStoreOptions options) {
+  std::string host = env_or("MASTER_ADDR", "127.0.0.1");
+  auto port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500, 1, 65535));
+  options.is_server = env_int("RANK", 0, 0, 1 << 20) == 0;
+  return std::make_unique<TcpStore>(host, port, options);
+}
+
+std::vector<uint8_t> TcpStore::request(const std::vector<uint8_t>& payload, std::chrono::milliseconds timeout,
+                                       const std::string& what) {
+  std::lock_guard lock(mutex_);
+  // A previous call timed out and dropped its connection (its reply could still arrive), or the
+  // store restarted: connect afresh.
+  if (!socket_.valid()) socket_ = net::connect(host_, port_, options_.connect_timeout);
+  net::send_frame(socket_, payload);
+  auto reply = net::recv_frame(socket_, net::Clock::now() + timeout);
+  if (!reply) {
+    socket_.close();
+    throw StoreTimeoutError(
+        fmt::format("store {}:{}: timed out after {} waiting for {}; the rank that should set it may have "
+                    "failed or not started",
+                    host_, port_, seconds(timeout), what));
+  }
+  return std::move(*reply);
+}
+
+void TcpStore::set(const std::string& key, const Bytes& value) {
+  std::vector<uint8_t> out;
+  net::put_u8(out, static_cast<uint8_t>(StoreOp::set));
+  net::put_string(out, key);
+  net::put_bytes(out, value.data(), value.size());
+  request(out, options_.connect_timeout, fmt::format("set('{}') to be acknowledged", key));
+}
+
+Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
+  auto reply = request(key_request(StoreOp::get, {key}), timeout, fmt::format("key '{}'", key));
+  net::Reader r(reply);
+  return r.bytes();
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  std::vector<uint8_t> out;
+  net::put_u8(out, static_cast<uint8_t>(StoreOp::add));
+  net::put_string(out, key);
+  net::put_i64(out, delta);
+  auto reply = request(out, options_.connect_timeout, fmt::format("add('{}') to be acknowledged", key));
+  net::Reader r(reply);
+  return r.i64();
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::string names;
+  for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
+  request(key_request(StoreOp::wait, keys), timeout, "keys " + names);
+}
+
+bool TcpStore::check(const std::string& key) {
+  std::vector<uint8_t> out;
+  net::put_u8(out, static_cast<uint8_t>(StoreOp::check));
+  net::put_string(out, key);
+  auto reply = request(out, options_.connect_timeout, fmt::format("check('{}') to be answered", key));
+  return !reply.empty() && reply[0] == 1;
+}
+
+}  // namespace nabla::distributed

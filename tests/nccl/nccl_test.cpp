@@ -1,0 +1,174 @@
+// The NCCL process group and DDP on real GPUs. One-rank cases run on any GPU machine; two-rank
+// cases need two GPUs and start this binary again as ranks (spawn.h). Each rank checks its
+// results against values computed on the CPU from every rank's seeded input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "nabla/distributed/ddp.h"
+#include "nabla/distributed/process_group_nccl.h"
+#include "spawn.h"
+#include "test_util.h"
+
+namespace nabla::distributed {
+namespace {
+
+using testing::spawn_ranks;
+using testing::spawned_rank;
+using testing::spawned_world;
+
+bool has_gpus(int n) {
+  return cuda::is_available() && cuda::device_count() >= n;
+}
+
+Tensor rank_input(int rank, int64_t n, DType dtype) {
+  Tensor t = nabla::testing::random_input({n}, 1000 + 7919 * rank, kFloat64) * 4.0;
+  return t.to(dtype);
+}
+
+std::unique_ptr<TcpStore> client_store() {
+  return std::make_unique<TcpStore>(std::getenv("MASTER_ADDR"), std::atoi(std::getenv("MASTER_PORT")),
+                                    TcpStoreOptions{.is_server = false});
+}
+
+void check_collectives(ProcessGroup& group, Device device) {
+  const int world = group.size(), rank = group.rank();
+  for (DType dtype : {kFloat32, kFloat16, kBFloat16, kInt64}) {
+    const int64_t n = 4099;
+    std::vector<Tensor> all;
+    for (int r = 0; r < world; ++r) all.push_back(rank_input(r, n, dtype).to(kFloat64));
+    Tensor sum = all[0].clone(), mx = all[0].clone();
+    for (int r = 1; r < world; ++r) {
+      sum = sum + all[r];
+      mx = maximum(mx, all[r]);
+    }
+    // Half types round the sum once per rank: tolerance in units of their epsilon.
+    double tol = dtype == kFloat16 ? 4e-3 : dtype == kBFloat16 ? 3e-2 : 1e-6;
+    Tensor t = rank_input(rank, n, dtype).to(device);
+    group.allreduce(t)->wait();
+    EXPECT_TRUE(nabla::testing::all_close(t, sum, tol, tol)) << dtype_name(dtype) << " sum";
+    t = rank_input(rank, n, dtype).to(device);
+    group.allreduce(t, ReduceOp::max)->wait();
+    EXPECT_TRUE(nabla::testing::all_close(t, mx, 0, 0)) << dtype_name(dtype) << " max";
+    if (is_floating(dtype)) {
+      t = rank_input(rank, n, dtype).to(device);
+      group.allreduce(t, ReduceOp::average)->wait();
+      EXPECT_TRUE(nabla::testing::all_close(t, sum / static_cast<double>(world), tol, tol)) << "average";
+    }
+    Tensor b = rank_input(rank, n, dtype).to(device);
+    group.broadcast(b, world - 1)->wait();
+    EXPECT_TRUE(nabla::testing::all_close(b, all[world - 1], 0, 0)) << "broadcast";
+    Tensor gathered = Tensor::empty({n * world}, {.dtype = dtype, .device = device});
+    group.allgather(gathered, rank_input(rank, n, dtype).to(device))->wait();
+    EXPECT_TRUE(nabla::testing::all_close(gathered, cat(all, 0), 0, 0)) << "allgather";
+  }
+  const int64_t chunk = 33;
+  std::vector<Tensor> inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(rank_input(r + 50, chunk * world, kFloat32));
+  Tensor total = inputs[0].to(kFloat64);
+  for (int r = 1; r < world; ++r) total = total + inputs[r].to(kFloat64);
+  Tensor out = Tensor::empty({chunk}, {.dtype = kFloat32, .device = device});
+  group.reduce_scatter(out, inputs[rank].to(device))->wait();
+  EXPECT_TRUE(nabla::testing::all_close(out, total.slice(0, rank * chunk, (rank + 1) * chunk), 1e-5, 1e-5));
+  group.barrier()->wait();
+}
+
+TEST(CudaNccl, OneRankCollectives) {
+  if (!has_gpus(1)) GTEST_SKIP() << "no CUDA device";
+  TcpStore store("127.0.0.1", 0, {.is_server = true});
+  ProcessGroupNccl group(store, 0, 1);
+  check_collectives(group, Device::cuda(cuda::current_device()));
+}
+
+TEST(CudaNccl, TwoRankCollectives) {
+  if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
+  auto codes = spawn_ranks(2, "NcclRank.Collectives");
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(NcclRank, Collectives) {
+  if (spawned_rank() < 0) GTEST_SKIP() << "runs only as a rank started by CudaNccl.TwoRankCollectives";
+  cuda::set_device(spawned_rank());
+  auto store = client_store();
+  ProcessGroupNccl group(*store, spawned_rank(), spawned_world());
+  check_collectives(group, Device::cuda(spawned_rank()));
+}
+
+struct Mlp : nn::Module {
+  nn::Linear fc1{{.in = 32, .out = 256}}, fc2{{.in = 256, .out = 256}}, fc3{{.in = 256, .out = 8}};
+  Mlp() { register_modules({{"fc1", fc1}, {"fc2", fc2}, {"fc3", fc3}}); }
+  Tensor forward(const Tensor& x) override { return fc3(tanh(fc2(relu(fc1(x))))); }
+};
+
+TEST(CudaNccl, TwoRankDdpMatchesOneProcess) {
+  if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
+  auto codes = spawn_ranks(2, "NcclRank.Ddp");
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(NcclRank, Ddp) {
+  if (spawned_rank() < 0)
+    GTEST_SKIP() << "runs only as a rank started by CudaNccl.TwoRankDdpMatchesOneProcess";
+  const int rank = spawned_rank(), world = spawned_world();
+  cuda::set_device(rank);
+  Device device = Device::cuda(rank);
+  auto store = client_store();
+  ProcessGroupNccl group(*store, rank, world);
+  manual_seed(77 + rank);  // different weights per rank: DDP broadcasts rank 0's
+  Mlp model;
+  model.to(kFloat64).to(device);
+  DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0.2, .first_bucket_cap_mb = 0.05});
+  EXPECT_GE(ddp.bucket_layout().size(), 2u);  // 0.05 MB first bucket, then fc1 in a second
+  Mlp reference;
+  reference.to(kFloat64).to(device);
+  reference.load_state_dict(model.state_dict());
+  Tensor x = nabla::testing::random_input({8 * world, 32}, 5, kFloat64).to(device);
+  Tensor y = nabla::testing::random_input({8 * world, 8}, 6, kFloat64).to(device);
+  auto mse = [](const Tensor& a, const Tensor& b) { return ((a - b) * (a - b)).mean(); };
+  for (int step = 0; step < 2; ++step) {
+    model.zero_grad(step == 0);
+    reference.zero_grad(step == 0);
+    mse(ddp(x.slice(0, 8 * rank, 8 * rank + 8)), y.slice(0, 8 * rank, 8 * rank + 8)).backward();
+    mse(reference(x), y).backward();
+    auto a = model.named_parameters(), b = reference.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(nabla::testing::all_close(a[i].second.grad(), b[i].second.grad(), 1e-10, 1e-12))
+          << a[i].first;
+    }
+  }
+}
+
+TEST(CudaNccl, ADeadPeerAbortsWithAClearError) {
+  if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
+  auto codes = spawn_ranks(2, "NcclRank.DeadPeer", std::chrono::seconds(90));
+  EXPECT_EQ(codes[0], 0) << "rank 0 should catch the error and exit cleanly";
+  EXPECT_EQ(codes[1], 3) << "rank 1 exits on purpose";
+}
+
+TEST(NcclRank, DeadPeer) {
+  if (spawned_rank() < 0)
+    GTEST_SKIP() << "runs only as a rank started by CudaNccl.ADeadPeerAbortsWithAClearError";
+  const int rank = spawned_rank();
+  cuda::set_device(rank);
+  auto store = client_store();
+  ProcessGroupNccl group(*store, rank, 2, {.timeout = std::chrono::seconds(4)});
+  Tensor t = full({1 << 20}, 1.0, {.dtype = kFloat32, .device = Device::cuda(rank)});
+  group.allreduce(t)->wait();  // both alive: works
+  cuda::synchronize();
+  if (rank == 1) std::_Exit(3);  // dies without a word
+  auto start = std::chrono::steady_clock::now();
+  try {
+    group.allreduce(t)->wait(std::chrono::seconds(60));
+    FAIL() << "allreduce with a dead peer returned";
+  } catch (const CollectiveError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("rank 0"), std::string::npos) << what;
+    EXPECT_NE(what.find("allreduce"), std::string::npos) << what;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  }
+  // The group stays failed: later calls throw at once instead of hanging.
+  EXPECT_THROW(group.allreduce(t), CollectiveError);
+}
+
+}  // namespace
+}  // namespace nabla::distributed

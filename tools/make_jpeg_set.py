@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Makes an ImageNet-like JPEG set from real photos, in the ImageNet folder layout:
+
+    OUT/train/<photo>/<n>.JPEG    --per-photo crops of each source photo (one class per photo)
+    OUT/val/<photo>/<n>.JPEG      --val-per-photo more crops of each photo
+
+Each crop is cut and resized exactly as ../shared/bench/torch_loader.py does (random area 0.3-1
+of the photo's width, a height of 0.6-0.9 of that, resized to 500 pixels wide, saved at quality
+90: about 500x375 and 20-30 kB, like ImageNet's typical image but smaller in bytes). With the same
+--src, the train files are byte-identical to the /tmp/jpegs that script benchmarks, so nabla's
+`nabla-bench data` and PyTorch measure the same files.
+
+The photos come from Debian's mate-backgrounds package (/usr/share/backgrounds/mate/*/*.jpg).
+Needs /usr/bin/python3 with PIL (python3-pil).
+
+    tools/make_jpeg_set.py --out /tmp/jpeg_set                      # nature/*.jpg, 40 + 8 per photo
+    tools/make_jpeg_set.py --src /usr/share/backgrounds/mate --recursive --out /tmp/jpeg_set
+"""
+import argparse
+import glob
+import os
+import random
+import sys
+
+
+def crops(image, count):
+    """torch_loader.py's crop recipe, drawing from the global `random` in the same order."""
+    for _ in range(count):
+        s = random.uniform(0.3, 1.0)
+        w, h = int(image.width * s), int(image.height * s * random.uniform(0.6, 0.9))
+        x0, y0 = random.randint(0, image.width - w), random.randint(0, image.height - h)
+        yield image.crop((x0, y0, x0 + w, y0 + h)).resize((500, int(500 * h / w)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", default="/usr/share/backgrounds/mate/nature", help="folder of .jpg photos")
+    parser.add_argument("--recursive", action="store_true", help="also take photos from sub-folders of --src")
+    parser.add_argument("--out", required=True, help="output root (train/ and val/ are made inside)")
+    parser.add_argument("--per-photo", type=int, default=40, help="train crops per photo (torch_loader.py: 40)")
+    parser.add_argument("--val-per-photo", type=int, default=8, help="val crops per photo")
+    parser.add_argument("--quality", type=int, default=90)
+    parser.add_argument("--seed", type=int, default=0, help="torch_loader.py uses 0")
+    args = parser.parse_args()
+    try:
+        from PIL import Image
+    except ImportError:
+        sys.exit("make_jpeg_set.py needs PIL: run it with /usr/bin/python3 (Debian's python3-pil)")
+
+    pattern = os.path.join(args.src, "**", "*.jpg") if args.recursive else os.path.join(args.src, "*.jpg")
+    photos = sorted(glob.glob(pattern, recursive=args.recursive))
+    if not photos:
+        sys.exit(f"no .jpg photos under {args.src!r}; install Debian's mate-backgrounds or pass --src")
+
+    random.seed(args.seed)
+    loaded = []
+    n = 0
+    # Train crops first, photo by photo, in torch_loader.py's order and numbering.
+    for photo in photos:
+        image = Image.open(photo).convert("RGB")
+        loaded.append(image)
+        cls = os.path.splitext(os.path.basename(photo))[0]
+        os.makedirs(os.path.join(args.out, "train", cls), exist_ok=True)
+        for crop in crops(image, args.per_photo):
+            crop.save(os.path.join(args.out, "train", cls, f"{n:05d}.JPEG"), quality=args.quality)
+            n += 1
+    # Then validation crops, so adding them never changes the train files.
+    for photo, image in zip(photos, loaded):
+        cls = os.path.splitext(os.path.basename(photo))[0]
+        os.makedirs(os.path.join(args.out, "val", cls), exist_ok=True)
+        for crop in crops(image, args.val_per_photo):
+            crop.save(os.path.join(args.out, "val", cls, f"{n:05d}.JPEG"), quality=args.quality)
+            n += 1
+
+    files = glob.glob(os.path.join(args.out, "*", "*", "*.JPEG"))
+    size = sum(os.path.getsize(f) for f in files) / max(1, len(files))
+    print({"photos": len(photos), "train": len(photos) * args.per_photo, "val": len(photos) * args.val_per_photo,
+           "avg_kB": round(size / 1024, 1), "out": args.out})
+
+
+if __name__ == "__main__":
+    main()
