@@ -144,7 +144,10 @@ void run_train(const TrainBenchOptions& o) {
   auto next_batch = [&] {
     if (!prefetcher) return;
     auto batch = prefetcher->next();
-    if (!batch) batch = prefetcher->next();  // the epoch ended: the next one starts
+    if (!batch) {  // the epoch ended: start the next one
+      prefetcher->start_epoch();
+      batch = prefetcher->next();
+    }
     NABLA_CHECK(batch.has_value(), "--data {}: the folder gives no full batch of {}", o.data_dir,
                 o.batch_size);
     x = batch->input;

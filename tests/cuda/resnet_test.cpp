@@ -45,7 +45,12 @@ struct Fp32Exact {
 
 void compare_resnet50(nb::MemoryFormat format, nb::DType dtype) {
   Fp32Exact fp32;
+  // float64 is the strict check that the CUDA ops are right. In float32 the deep gradients sit
+  // behind training-mode batch norms over few elements (layer4 normalizes 8 x 2 x 2 values per
+  // channel), which amplify summation-order differences: PyTorch's own float32 and float64
+  // gradients of this setup differ by 1-4% there (tests/interop). The logits stay at 1e-3.
   const double tol = dtype == nb::kFloat64 ? 1e-9 : 1e-3;
+  const double deep_tol = dtype == nb::kFloat64 ? 1e-9 : 3e-2;
   const double stem_tol = dtype == nb::kFloat64 ? 1e-9 : 3e-2;
   nb::manual_seed(test_seed());
   auto cpu_model = models::resnet50({.num_classes = 100});
@@ -77,7 +82,8 @@ void compare_resnet50(nb::MemoryFormat format, nb::DType dtype) {
     const nb::Tensor& g = gpu_params[i].second;
     ASSERT_TRUE(g.grad().defined() && p.grad().defined()) << name;
     EXPECT_TRUE(g.is_cuda()) << name;
-    EXPECT_LT(relative_error(g.grad(), p.grad()), name == "conv1.weight" ? stem_tol : tol) << name;
+    const double limit = name == "conv1.weight" ? stem_tol : name == "fc.weight" ? tol : deep_tol;
+    EXPECT_LT(relative_error(g.grad(), p.grad()), limit) << name;
     ++checked;
   }
   EXPECT_EQ(checked, 3);
