@@ -1,26 +1,10 @@
 #include "nabla/distributed/tcp_store.h"
 
-#include <cstdlib>
-
+#include "nabla/distributed/env.h"
 #include "nabla/distributed/tcp_store_server.h"
 
 namespace nabla::distributed {
 namespace {
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-int64_t env_int(const char* name, int64_t fallback, int64_t lo, int64_t hi) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long long parsed = std::strtoll(v, &end, 10);
-  NABLA_CHECK(end && *end == '\0' && parsed >= lo && parsed <= hi,
-              "environment variable {}='{}' is not an integer in [{}, {}]", name, v, lo, hi);
-  return parsed;
-}
 
 std::vector<uint8_t> key_request(StoreOp op, const std::vector<std::string>& keys) {
   std::vector<uint8_t> out;
@@ -49,10 +33,9 @@ TcpStore::TcpStore(std::string host, uint16_t port, TcpStoreOptions options)
 TcpStore::~TcpStore() = default;
 
 std::unique_ptr<TcpStore> TcpStore::from_env(TcpStoreOptions options) {
-  std::string host = env_or("MASTER_ADDR", "127.0.0.1");
-  auto port = static_cast<uint16_t>(env_int("MASTER_PORT", 29500, 1, 65535));
-  options.is_server = env_int("RANK", 0, 0, 1 << 20) == 0;
-  return std::make_unique<TcpStore>(host, port, options);
+  const DistributedEnv env = distributed_env();
+  options.is_server = env.rank == 0;
+  return std::make_unique<TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port), options);
 }
 
 std::vector<uint8_t> TcpStore::request(const std::vector<uint8_t>& payload, std::chrono::milliseconds timeout,

@@ -34,7 +34,8 @@ class TcpStore : public Store {
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
 
-  // MASTER_ADDR (default 127.0.0.1), MASTER_PORT (default 29500), RANK (0 hosts).
+  // Where distributed_env() says (MASTER_ADDR, MASTER_PORT, the rank from nabla-run, torchrun or
+  // mpirun); rank 0 hosts.
   static std::unique_ptr<TcpStore> from_env(TcpStoreOptions options = {});
 
   void set(const std::string& key, const Bytes& value) override;
