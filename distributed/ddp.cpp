@@ -27,6 +27,8 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   DdpOptions options;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
+  // broadcast_buffers: the flat storage of each (dtype, device) group of buffers.
+  std::map<std::pair<int, std::string>, Tensor> buffer_flats;
   bool sync_enabled = true;
   bool in_backward = false;
   size_t next_launch = 0;
@@ -187,24 +189,49 @@ Tensor DistributedDataParallel::operator()(const Tensor& x) {
   return module_.forward(x);
 }
 
+namespace {
+
+// Moves each buffer's memory into `flat` (same dtype and device, contiguous) by re-pointing its
+// TensorImpl, so every handle to it (the module's member included) now reads and writes the
+// flat tensor: BatchNorm keeps updating its statistics in place, and one broadcast of `flat`
+// syncs them all with no copies per step.
+void adopt_into(Tensor& flat, const std::vector<Tensor>& buffers) {
+  int64_t offset = 0;
+  for (const auto& b : buffers) {
+    flat.narrow(0, offset, b.numel()).copy_(b.reshape({-1}));
+    TensorImpl* impl = b.impl();
+    impl->storage = flat.storage();
+    impl->offset = flat.impl()->offset + offset;
+    impl->strides = contiguous_strides(impl->sizes);
+    offset += b.numel();
+  }
+}
+
+}  // namespace
+
 void DistributedDataParallel::broadcast_buffers() {
   NoGradGuard no_grad;
-  // One flat tensor per (dtype, device): a single collective instead of one per buffer.
+  // One flat tensor per (dtype, device) whose slices are the buffers themselves (adopt_into):
+  // a single collective per dtype and nothing to copy. If the module replaced a buffer since
+  // (module.to(...)), the group is adopted again.
   std::map<std::pair<int, std::string>, std::vector<Tensor>> groups;
   for (auto& [name, b] : module_.named_buffers()) {
     if (b.defined() && b.numel() > 0) groups[{static_cast<int>(b.dtype()), b.device().str()}].push_back(b);
   }
+  auto& flats = state_->buffer_flats;
   for (auto& [key, buffers] : groups) {
-    TensorList flat_parts;
-    for (const auto& b : buffers) flat_parts.push_back(b.reshape({-1}));
-    Tensor flat = cat(flat_parts, 0);
-    group_.broadcast(flat, 0)->wait();
-    if (group_.rank() == 0) continue;
-    int64_t offset = 0;
-    for (auto& b : buffers) {
-      b.copy_(flat.narrow(0, offset, b.numel()).view(b.sizes()));
-      offset += b.numel();
+    Tensor& flat = flats[key];
+    int64_t total = 0;
+    bool adopted = flat.defined();
+    for (const auto& b : buffers) {
+      total += b.numel();
+      adopted = adopted && b.storage() == flat.storage();
     }
+    if (!adopted || flat.numel() != total) {
+      flat = Tensor::empty({total}, {.dtype = buffers.front().dtype(), .device = buffers.front().device()});
+      adopt_into(flat, buffers);
+    }
+    group_.broadcast(flat, 0)->wait();
   }
 }
 

@@ -166,6 +166,40 @@ TEST(Ddp, FindUnusedParametersAveragesWhatSomeRanksUsed) {
   expect_all_succeeded(results);
 }
 
+struct SmallBnNet : nn::Module {
+  nn::Conv2d conv{{.in = 2, .out = 4, .kernel = 3, .padding = 1}};
+  nn::BatchNorm2d bn{4};
+  nn::Linear fc{{.in = 4, .out = 3}};
+  SmallBnNet() { register_modules({{"conv", conv}, {"bn", bn}, {"fc", fc}}); }
+  Tensor forward(const Tensor& x) override { return fc(relu(bn(conv(x))).mean({2, 3})); }
+};
+
+TEST(Ddp, BufferBroadcastSyncsBatchNormStatisticsInPlace) {
+  auto results = run_ranks(2, [](int rank, int world, Store& store) {
+    ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
+    SmallBnNet model;
+    DistributedDataParallel ddp(model, group);
+    for (int step = 0; step < 3; ++step) {
+      // Different data per rank: each forward moves the running statistics apart.
+      Tensor x = nabla::testing::random_input({4, 2, 5, 5}, 100 * step + rank, kFloat32);
+      ddp(x).sum().backward();
+      Tensor mine = model.bn.running_mean.clone();
+      ddp.broadcast_buffers();
+      // The module's own tensors now hold rank 0's values (they were re-pointed, not copied once).
+      Tensor both = Tensor::empty({8}, {.dtype = kFloat32});
+      group.allgather(both, mine)->wait();
+      Tensor expected = both.slice(0, 0, 4);
+      RANK_CHECK(nabla::testing::all_close(model.bn.running_mean, expected, 0, 0), "step {}: not rank 0's",
+                 step);
+      if (step == 0 && rank == 1) {
+        RANK_CHECK(!nabla::testing::all_close(mine, expected, 1e-6, 0),
+                   "the ranks' statistics never differed");
+      }
+    }
+  });
+  expect_all_succeeded(results);
+}
+
 TEST(Ddp, GradScalerSkipsOnEveryRankWhenOneOverflows) {
   auto results = run_ranks(2, [](int rank, int world, Store& store) {
     ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
