@@ -46,11 +46,12 @@ struct TrainBenchOptions {
   double bucket_mb = 25;
   std::string data_dir;  // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
+  int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   std::string json_path;
 };
 
-std::shared_ptr<nn::Module> make_model(const std::string& arch) {
-  const nn::models::ResNetOptions options{.num_classes = 1000};
+std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
+  const nn::models::ResNetOptions options{.num_classes = 1000, .checkpoint_segments = checkpoint_segments};
   if (arch == "resnet18") return nn::models::resnet18(options);
   if (arch == "resnet34") return nn::models::resnet34(options);
   if (arch == "resnet50") return nn::models::resnet50(options);
@@ -105,7 +106,7 @@ void run_train(const TrainBenchOptions& o) {
   set_cudnn_benchmark(true);
   manual_seed(0);
   const MemoryFormat format = o.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
-  auto model = make_model(o.arch);
+  auto model = make_model(o.arch, o.grad_checkpoint);
   model->to(device, format);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   if (group)
@@ -218,7 +219,8 @@ void run_train(const TrainBenchOptions& o) {
                       {"bucket_mb", o.bucket_mb},
                       {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
                       {"workers", o.workers},
-                      {"data_wait_share", prefetcher ? wait_share : 0.0}};
+                      {"data_wait_share", prefetcher ? wait_share : 0.0},
+                      {"grad_checkpoint", o.grad_checkpoint}};
   std::printf("%s\n", j.dump().c_str());
   if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
 }
@@ -255,6 +257,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--workers", o->workers, "Loader threads per rank with --data")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option("--grad-checkpoint", o->grad_checkpoint,
+                  "Gradient checkpointing: split the network into this many segments (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   cmd->add_option("--json", o->json_path, "Also write the result as JSON to this file");
   cmd->callback([o, argc, argv] {
     if (o->nproc_per_node > 1 && !distributed::distributed_env().is_distributed()) {
