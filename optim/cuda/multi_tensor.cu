@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
 #include "nabla/ops/elementwise.h"
@@ -129,19 +130,16 @@ float* float_ptr(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
 }
 
-// Sets the device of `t` for the scope and returns its current stream.
+// Makes the device of `t` current for the scope and gives its current stream.
 class DeviceScope {
  public:
-  explicit DeviceScope(const Tensor& t) {
-    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
-    NABLA_CUDA_CHECK(cudaSetDevice(t.device().index));
-    stream_ = static_cast<cudaStream_t>(nabla::cuda::current_stream(t.device().index).handle());
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
+  explicit DeviceScope(const Tensor& t)
+      : guard_(t.device().index),
+        stream_(static_cast<cudaStream_t>(nabla::cuda::current_stream(t.device().index).handle())) {}
   cudaStream_t stream() const { return stream_; }
 
  private:
-  int previous_ = 0;
+  nabla::cuda::DeviceGuard guard_;
   cudaStream_t stream_ = nullptr;
 };
 

@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "parity_util.h"
 #include "test_util.h"
 
 namespace nb = nabla;
@@ -24,19 +25,9 @@ using nabla::testing::test_seed;
 
 namespace {
 
-const nb::Device kGpu = nb::Device::cuda(0);
+using nabla::testing::Fp32Exact;
 
-struct Fp32Exact {
-  bool matmul = nb::allow_tf32(), cudnn = nb::cudnn_allow_tf32();
-  Fp32Exact() {
-    nb::set_allow_tf32(false);
-    nb::set_cudnn_allow_tf32(false);
-  }
-  ~Fp32Exact() {
-    nb::set_allow_tf32(matmul);
-    nb::set_cudnn_allow_tf32(cudnn);
-  }
-};
+const nb::Device kGpu = nb::Device::cuda(0);
 
 // 10 classes of 28x28 one-channel noise; class k brightens its own 14x5 patch (2 x 5 grid).
 struct Batch {

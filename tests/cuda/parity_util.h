@@ -10,6 +10,22 @@
 
 namespace nabla::testing {
 
+// Plain float32 for a scope: TF32 off in cuBLAS and cuDNN, restored afterwards, so float32
+// results can be compared with tight tolerances.
+struct Fp32Exact {
+  bool matmul = allow_tf32(), cudnn = cudnn_allow_tf32();
+  Fp32Exact() {
+    set_allow_tf32(false);
+    set_cudnn_allow_tf32(false);
+  }
+  ~Fp32Exact() {
+    set_allow_tf32(matmul);
+    set_cudnn_allow_tf32(cudnn);
+  }
+  Fp32Exact(const Fp32Exact&) = delete;
+  Fp32Exact& operator=(const Fp32Exact&) = delete;
+};
+
 #define SKIP_WITHOUT_GPU() \
   if (!::nabla::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 

@@ -12,6 +12,7 @@
 
 #include <cmath>
 
+#include "parity_util.h"
 #include "test_util.h"
 
 namespace nb = nabla;
@@ -20,6 +21,8 @@ using nabla::testing::random_input;
 using nabla::testing::test_seed;
 
 namespace {
+
+using nabla::testing::Fp32Exact;
 
 // ||a - b|| / ||b||, in float64 on the CPU.
 double relative_error(const nb::Tensor& actual, const nb::Tensor& expected) {
@@ -31,17 +34,6 @@ double relative_error(const nb::Tensor& actual, const nb::Tensor& expected) {
 }
 
 // Restores the TF32 switches after the test.
-struct Fp32Exact {
-  bool matmul = nb::allow_tf32(), cudnn = nb::cudnn_allow_tf32();
-  Fp32Exact() {
-    nb::set_allow_tf32(false);
-    nb::set_cudnn_allow_tf32(false);
-  }
-  ~Fp32Exact() {
-    nb::set_allow_tf32(matmul);
-    nb::set_cudnn_allow_tf32(cudnn);
-  }
-};
 
 void compare_resnet50(nb::MemoryFormat format, nb::DType dtype) {
   Fp32Exact fp32;
