@@ -15,6 +15,7 @@ Needs /usr/bin/python3 with PIL (python3-pil).
 
     tools/make_jpeg_set.py --out /tmp/jpeg_set                      # nature/*.jpg, 40 + 8 per photo
     tools/make_jpeg_set.py --src /usr/share/backgrounds/mate --recursive --out /tmp/jpeg_set
+    tools/make_jpeg_set.py --classes 10 --per-photo 8 --val-per-photo 2 --width 96 --out /tmp/tiny  # CI's set
 """
 import argparse
 import glob
@@ -23,13 +24,13 @@ import random
 import sys
 
 
-def crops(image, count):
+def crops(image, count, width=500):
     """torch_loader.py's crop recipe, drawing from the global `random` in the same order."""
     for _ in range(count):
         s = random.uniform(0.3, 1.0)
         w, h = int(image.width * s), int(image.height * s * random.uniform(0.6, 0.9))
         x0, y0 = random.randint(0, image.width - w), random.randint(0, image.height - h)
-        yield image.crop((x0, y0, x0 + w, y0 + h)).resize((500, int(500 * h / w)))
+        yield image.crop((x0, y0, x0 + w, y0 + h)).resize((width, max(1, int(width * h / w))))
 
 
 def main():
@@ -40,6 +41,8 @@ def main():
     parser.add_argument("--per-photo", type=int, default=40, help="train crops per photo (torch_loader.py: 40)")
     parser.add_argument("--val-per-photo", type=int, default=8, help="val crops per photo")
     parser.add_argument("--quality", type=int, default=90)
+    parser.add_argument("--classes", type=int, default=0, help="use only the first N photos (0: all)")
+    parser.add_argument("--width", type=int, default=500, help="crop width in pixels (torch_loader.py: 500)")
     parser.add_argument("--seed", type=int, default=0, help="torch_loader.py uses 0")
     args = parser.parse_args()
     try:
@@ -51,6 +54,8 @@ def main():
     photos = sorted(glob.glob(pattern, recursive=args.recursive))
     if not photos:
         sys.exit(f"no .jpg photos under {args.src!r}; install Debian's mate-backgrounds or pass --src")
+    if args.classes > 0:
+        photos = photos[: args.classes]
 
     random.seed(args.seed)
     loaded = []
@@ -61,14 +66,14 @@ def main():
         loaded.append(image)
         cls = os.path.splitext(os.path.basename(photo))[0]
         os.makedirs(os.path.join(args.out, "train", cls), exist_ok=True)
-        for crop in crops(image, args.per_photo):
+        for crop in crops(image, args.per_photo, args.width):
             crop.save(os.path.join(args.out, "train", cls, f"{n:05d}.JPEG"), quality=args.quality)
             n += 1
     # Then validation crops, so adding them never changes the train files.
     for photo, image in zip(photos, loaded):
         cls = os.path.splitext(os.path.basename(photo))[0]
         os.makedirs(os.path.join(args.out, "val", cls), exist_ok=True)
-        for crop in crops(image, args.val_per_photo):
+        for crop in crops(image, args.val_per_photo, args.width):
             crop.save(os.path.join(args.out, "val", cls, f"{n:05d}.JPEG"), quality=args.quality)
             n += 1
 

@@ -1,6 +1,5 @@
 // nabla-bench's subcommands. Each lives in its own <name>_command.cpp and registers itself on
-// the CLI11 app here; main.cpp only calls the registrations. Add `train`, `concurrent`, ... the
-// same way.
+// the CLI11 app here; main.cpp only calls the registrations. Add more the same way.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -12,5 +11,9 @@ void add_data_command(CLI::App& app);
 // `nabla-bench train`: ResNet training throughput and peak memory, on one GPU or under DDP.
 // Takes argc/argv to re-launch itself through nabla-run for --nproc-per-node.
 void add_train_command(CLI::App& app, int argc, char** argv);
+// `nabla-bench infer`: ResNet eval latency (median, p90) and img/s per batch size and amp.
+void add_infer_command(CLI::App& app);
+// `nabla-bench concurrent`: N capped inference processes on one GPU; how many finish, img/s.
+void add_concurrent_command(CLI::App& app);
 
 }  // namespace nabla::bench

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     nabla::bench::add_data_command(app);
     nabla::bench::add_train_command(app, argc, argv);
+    nabla::bench::add_infer_command(app);
+    nabla::bench::add_concurrent_command(app);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

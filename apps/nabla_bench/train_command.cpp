@@ -5,20 +5,24 @@
 //
 //   nabla-bench train --arch resnet50 --batch-size 256 --amp fp16 --channels-last
 //   nabla-bench train --amp fp16 --channels-last --nproc-per-node 2     # DDP over NCCL
+//   nabla-bench train --amp off,fp16,bf16 --layout nchw,channels-last --compare-pytorch
+//
+// Comma lists in --amp and --layout give one row per combination, each on a fresh model with an
+// emptied cache and its own peak memory (counted over the timed steps); a table of all rows comes
+// last, and --json writes them as a list. --compare-pytorch then runs bench/pytorch/
+// nabla_bench_torch.py for the same rows and adds nabla / PyTorch columns (torch_compare.h).
 //
 // With --nproc-per-node N the command starts itself N times through nabla-run (next to this
 // binary); each rank trains on its own GPU under DistributedDataParallel and rank 0 prints the
 // total. The timed loop has no host synchronization of its own: the only device-to-host read
 // per step is the GradScaler's found-inf check (fp16).
-#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 
+#include "nabla/apps/train_support/relaunch.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
@@ -30,7 +34,10 @@
 #include "nabla/distributed/process_group_nccl.h"
 #include "nabla/distributed/tcp_store.h"
 #include "nabla/nabla.h"
+#include "nabla_bench/bench_common.h"
 #include "nabla_bench/commands.h"
+#include "nabla_bench/table.h"
+#include "nabla_bench/torch_compare.h"
 
 namespace nabla::bench {
 namespace {
@@ -38,7 +45,8 @@ namespace {
 struct TrainBenchOptions {
   std::string arch = "resnet50";
   int64_t batch_size = 256;
-  std::string amp = "off";
+  std::string amp = "off";  // a comma list: one row per value (and per layout)
+  std::string layout;       // a comma list of nchw, channels-last ("" : see resolve_layouts)
   bool channels_last = false;
   int steps = 40;
   int warmup = 15;
@@ -47,76 +55,44 @@ struct TrainBenchOptions {
   std::string data_dir;  // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
+  double memory_fraction = 0;
+  TorchOptions torch;
   std::string json_path;
 };
 
-std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
-  const nn::models::ResNetOptions options{.num_classes = 1000, .checkpoint_segments = checkpoint_segments};
-  if (arch == "resnet18") return nn::models::resnet18(options);
-  if (arch == "resnet34") return nn::models::resnet34(options);
-  if (arch == "resnet50") return nn::models::resnet50(options);
-  if (arch == "resnet101") return nn::models::resnet101(options);
-  if (arch == "resnet152") return nn::models::resnet152(options);
-  throw Error("--arch must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + arch + "'");
-}
+// One table row's configuration.
+struct TrainConfig {
+  std::string amp;
+  std::string layout;
+};
 
-double gib(size_t bytes) {
-  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
-}
-
-// Re-runs this command as N ranks through nabla-run, dropping --nproc-per-node.
-int relaunch(int nproc, int argc, char** argv) {
-  auto self = std::filesystem::read_symlink("/proc/self/exe");
-  auto launcher = self.parent_path() / "nabla-run";
-  if (!std::filesystem::exists(launcher)) launcher = "nabla-run";  // from PATH
-  std::vector<std::string> args = {launcher.string(), "--nproc-per-node", std::to_string(nproc), "--",
-                                   self.string()};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--nproc-per-node") {
-      ++i;
-      continue;
-    }
-    if (a.rfind("--nproc-per-node=", 0) == 0) continue;
-    args.push_back(a);
-  }
-  std::vector<char*> cargs;
-  for (auto& a : args) cargs.push_back(a.data());
-  cargs.push_back(nullptr);
-  ::execvp(cargs[0], cargs.data());
-  throw Error("cannot start nabla-run (" + launcher.string() + "): " + std::strerror(errno));
-}
-
-void run_train(const TrainBenchOptions& o) {
-  NABLA_CHECK(cuda::is_available(), "nabla-bench train needs a CUDA device");
-  NABLA_CHECK(o.amp == "off" || o.amp == "fp16" || o.amp == "bf16",
-              "--amp must be off, fp16 or bf16, got '{}'", o.amp);
-  auto env = distributed::distributed_env();
-  cuda::set_device(env.local_rank);
-  const Device device = Device::cuda(env.local_rank);
-
+// The process group of a DDP run (none on one GPU), shared by every row.
+struct Distributed {
+  distributed::DistributedEnv env;
   std::unique_ptr<distributed::TcpStore> store;
   std::unique_ptr<distributed::ProcessGroupNccl> group;
-  if (env.is_distributed()) {
-    store = std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
-                                                    distributed::TcpStoreOptions{.is_server = env.rank == 0});
-    group = std::make_unique<distributed::ProcessGroupNccl>(*store, env.rank, env.world_size);
-  }
+};
 
-  set_cudnn_benchmark(true);
+// Trains one configuration and returns its row (on every rank; rank 0's is reported). Everything
+// it allocates is local, so the next row starts from an empty model and optimizer.
+nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, Distributed& dist) {
+  const auto& env = dist.env;
+  const Device device = Device::cuda(env.local_rank);
+  const bool channels_last = config.layout == "channels-last";
   manual_seed(0);
-  const MemoryFormat format = o.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+  const MemoryFormat format = memory_format_of(config.layout);
   auto model = make_model(o.arch, o.grad_checkpoint);
   model->to(device, format);
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (group)
+  if (dist.group)
     ddp = std::make_unique<distributed::DistributedDataParallel>(
-        *model, *group, distributed::DdpOptions{.bucket_cap_mb = o.bucket_mb});
+        *model, *dist.group, distributed::DdpOptions{.bucket_cap_mb = o.bucket_mb});
   optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
-  const bool autocast_on = o.amp != "off";
-  const DType low = o.amp == "bf16" ? kBFloat16 : kFloat16;
-  amp::GradScalerOptions scaler_options{.enabled = o.amp == "fp16"};
-  if (group) scaler_options.reduce_found_inf = distributed::agree_found_inf(*group);
+  const bool autocast_on = config.amp != "off";
+  const DType low = autocast_dtype_of(config.amp);
+  amp::GradScalerOptions scaler_options;
+  scaler_options.enabled = config.amp == "fp16";
+  if (dist.group) scaler_options.reduce_found_inf = distributed::agree_found_inf(*dist.group);
   amp::GradScaler scaler(scaler_options);
 
   // Input: one synthetic batch reused every step (torch_resnet50.py's workload), or real JPEGs
@@ -171,7 +147,8 @@ void run_train(const TrainBenchOptions& o) {
 
   for (int i = 0; i < o.warmup; ++i) step();
   cuda::synchronize();
-  if (group) group->barrier()->wait();
+  if (dist.group) dist.group->barrier()->wait();
+  // Peaks count from here: the timed steps' own, as nabla_bench_torch.py counts them.
   cuda::reset_peak_memory_stats();
   data_wait = worst_wait = 0;
   auto start = std::chrono::steady_clock::now();
@@ -180,9 +157,9 @@ void run_train(const TrainBenchOptions& o) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // The slowest rank sets the pace of a synchronous job.
-  if (group) {
+  if (dist.group) {
     Tensor t = full({1}, seconds, {.dtype = kFloat64, .device = device});
-    group->allreduce(t, distributed::ReduceOp::max)->wait();
+    dist.group->allreduce(t, distributed::ReduceOp::max)->wait();
     seconds = t.item<double>();
   }
   const int world = env.world_size;
@@ -190,39 +167,156 @@ void run_train(const TrainBenchOptions& o) {
   const double img_s = static_cast<double>(o.batch_size) * world * o.steps / seconds;
   const double peak_alloc = gib(cuda::max_memory_allocated());
   const double peak_reserved = gib(cuda::max_memory_reserved());
-  if (env.rank != 0) return;
   const double wait_share = data_wait / seconds;
-  const std::string input =
-      o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
-  std::printf(
-      "%s train: world %d, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
-      "peak %.2f GiB allocated / %.2f GiB reserved (rank 0), loss %.4f\n",
-      o.arch.c_str(), world, static_cast<long long>(o.batch_size), o.amp.c_str(),
-      o.channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc, peak_reserved,
-      loss.item<double>());
-  if (prefetcher) {
-    std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
-                data_wait * 1000 / o.steps, worst_wait * 1000, 100 * wait_share);
+  const double final_loss = loss.item<double>();
+  if (env.rank == 0) {
+    const std::string input =
+        o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
+    std::printf(
+        "%s train: world %d, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
+        "peak %.2f GiB allocated / %.2f GiB reserved (rank 0), loss %.4f\n",
+        o.arch.c_str(), world, static_cast<long long>(o.batch_size), config.amp.c_str(),
+        channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc, peak_reserved,
+        final_loss);
+    if (prefetcher) {
+      std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
+                  data_wait * 1000 / o.steps, worst_wait * 1000, 100 * wait_share);
+    }
   }
-  nlohmann::json j = {{"bench", "train"},
-                      {"arch", o.arch},
-                      {"world", world},
-                      {"batch", o.batch_size},
-                      {"amp", o.amp},
-                      {"channels_last", o.channels_last},
-                      {"steps", o.steps},
-                      {"warmup", o.warmup},
-                      {"ms_per_step", ms},
-                      {"img_s_total", img_s},
-                      {"peak_alloc_GiB", peak_alloc},
-                      {"peak_reserved_GiB", peak_reserved},
-                      {"bucket_mb", o.bucket_mb},
-                      {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
-                      {"workers", o.workers},
-                      {"data_wait_share", prefetcher ? wait_share : 0.0},
-                      {"grad_checkpoint", o.grad_checkpoint}};
-  std::printf("%s\n", j.dump().c_str());
-  if (!o.json_path.empty()) std::ofstream(o.json_path) << j.dump(2) << "\n";
+  return {{"bench", "train"},
+          {"framework", "nabla"},
+          {"arch", o.arch},
+          {"world", world},
+          {"batch", o.batch_size},
+          {"amp", config.amp},
+          {"layout", config.layout},
+          {"channels_last", channels_last},
+          {"steps", o.steps},
+          {"warmup", o.warmup},
+          {"ms_per_step", ms},
+          {"img_s", img_s},
+          {"img_s_total", img_s},
+          {"peak_alloc_GiB", peak_alloc},
+          {"peak_reserved_GiB", peak_reserved},
+          {"loss", final_loss},
+          {"bucket_mb", o.bucket_mb},
+          {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
+          {"workers", o.workers},
+          {"data_wait_share", prefetcher ? wait_share : 0.0},
+          {"grad_checkpoint", o.grad_checkpoint},
+          {"memory_fraction", o.memory_fraction}};
+}
+
+// Why --compare-pytorch cannot run for these options ("" when it can): the script measures one
+// GPU on the synthetic batch, without checkpointing.
+std::string torch_unsupported(const TrainBenchOptions& o, const Distributed& dist) {
+  if (dist.env.is_distributed()) return "the PyTorch script measures one GPU (compare DDP with torch_ddp.py)";
+  if (!o.data_dir.empty()) return "the PyTorch script measures the synthetic batch only, not --data";
+  if (o.grad_checkpoint > 0) return "the PyTorch script has no checkpointing (compare with torch_ckpt.py)";
+  return "";
+}
+
+std::vector<std::string> torch_args(const TrainBenchOptions& o) {
+  std::vector<std::string> args = {
+      "train",
+      "--arch",
+      o.arch,
+      "--batch-size",
+      std::to_string(o.batch_size),
+      "--amp",
+      o.amp,
+      "--steps",
+      std::to_string(o.steps),
+      "--warmup",
+      std::to_string(o.warmup),
+      "--layout",
+      fmt::format("{}", fmt::join(resolve_layouts(o.layout, o.channels_last), ","))};
+  if (o.memory_fraction > 0) {
+    args.push_back("--memory-fraction");
+    args.push_back(fmt::format("{}", o.memory_fraction));
+  }
+  return args;
+}
+
+void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::json>& rows, bool with_torch) {
+  std::vector<std::string> headers = {"amp",   "layout",         "ms/step",
+                                      "img/s", "peak alloc GiB", "peak reserved GiB"};
+  if (with_torch) {
+    for (const char* h : {"torch img/s", "img/s ratio", "torch alloc GiB", "alloc ratio",
+                          "torch reserved GiB", "reserved ratio"})
+      headers.emplace_back(h);
+  }
+  Table table(headers);
+  for (const auto& row : rows) {
+    std::vector<std::string> cells = {row["amp"].get<std::string>(),
+                                      row["layout"].get<std::string>(),
+                                      format_number(number_at(row, "ms_per_step"), 2),
+                                      format_number(number_at(row, "img_s"), 1),
+                                      format_number(number_at(row, "peak_alloc_GiB"), 2),
+                                      format_number(number_at(row, "peak_reserved_GiB"), 2)};
+    if (with_torch) {
+      for (std::string metric : {"img_s", "peak_alloc_GiB", "peak_reserved_GiB"}) {
+        cells.push_back(format_number(number_at(row, "torch_" + metric), metric == "img_s" ? 1 : 2));
+        cells.push_back(format_number(number_at(row, "ratio_" + metric), 3));
+      }
+    }
+    table.add_row(std::move(cells));
+  }
+  const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s\n%s", o.arch.c_str(),
+              static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
+              with_torch ? "; ratio = nabla / PyTorch" : "", table.render().c_str());
+}
+
+void run_train(const TrainBenchOptions& o) {
+  const auto amps = parse_choices(o.amp, "--amp", amp_choices());
+  const auto layouts = resolve_layouts(o.layout, o.channels_last);
+  NABLA_CHECK(cuda::is_available(), "nabla-bench train needs a CUDA device, and none was found");
+  Distributed dist;
+  dist.env = distributed::distributed_env();
+  const auto& env = dist.env;
+  cuda::set_device(env.local_rank);
+  apply_memory_fraction(o.memory_fraction);
+  if (env.is_distributed()) {
+    dist.store =
+        std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
+                                                distributed::TcpStoreOptions{.is_server = env.rank == 0});
+    dist.group = std::make_unique<distributed::ProcessGroupNccl>(*dist.store, env.rank, env.world_size);
+  }
+  set_cudnn_benchmark(true);
+
+  std::vector<nlohmann::json> rows;
+  for (const auto& amp : amps) {
+    for (const auto& layout : layouts) {
+      with_oom_context(fmt::format("{} train batch {} amp {} {}", o.arch, o.batch_size, amp, layout),
+                       o.memory_fraction, [&] {
+                         rows.push_back(train_one(o, {amp, layout}, dist));
+                       });
+      // The next row starts from an empty cache, and counts its own peaks.
+      cuda::synchronize();
+      cuda::empty_cache();
+      if (env.rank == 0) std::printf("%s\n", rows.back().dump().c_str());
+    }
+  }
+  if (env.rank != 0) return;
+
+  bool with_torch = false;
+  if (o.torch.enabled) {
+    if (auto why = torch_unsupported(o, dist); !why.empty()) {
+      std::printf("PyTorch comparison skipped: %s\n", why.c_str());
+    } else {
+      auto torch = run_torch_script(o.torch, torch_args(o));
+      if (!torch.skipped.empty()) {
+        std::printf("PyTorch comparison skipped: %s\n", torch.skipped.c_str());
+      } else {
+        attach_torch_rows(rows, torch.rows, {"arch", "batch", "amp", "layout"},
+                          {"img_s", "peak_alloc_GiB", "peak_reserved_GiB"});
+        with_torch = true;
+      }
+    }
+  }
+  print_train_table(o, rows, with_torch);
+  write_json_rows(o.json_path, rows);
 }
 
 }  // namespace
@@ -236,9 +330,13 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--batch-size", o->batch_size, "Images per GPU per step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--amp", o->amp, "Mixed precision: off, fp16 (with a GradScaler) or bf16")
+  cmd->add_option("--amp", o->amp,
+                  "Mixed precision, a comma list of off, fp16 (with a GradScaler) and bf16: one row each")
       ->capture_default_str();
-  cmd->add_flag("--channels-last", o->channels_last, "Model and batch in NHWC");
+  cmd->add_option("--layout", o->layout,
+                  "A comma list of nchw and channels-last: one row each (default nchw)");
+  cmd->add_flag("--channels-last", o->channels_last,
+                "Model and batch in NHWC (same as --layout channels-last)");
   cmd->add_option("--steps", o->steps, "Timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", o->warmup, "Untimed steps first (cuDNN autotuning, allocator warm-up)")
       ->capture_default_str()
@@ -261,10 +359,12 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "Gradient checkpointing: split the network into this many segments (0: off)")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
-  cmd->add_option("--json", o->json_path, "Also write the result as JSON to this file");
+  add_memory_fraction_flag(cmd, o->memory_fraction);
+  add_torch_flags(cmd, o->torch);
+  cmd->add_option("--json", o->json_path, "Also write the rows as a JSON list to this file");
   cmd->callback([o, argc, argv] {
     if (o->nproc_per_node > 1 && !distributed::distributed_env().is_distributed()) {
-      relaunch(o->nproc_per_node, argc, argv);
+      train_support::relaunch_under_nabla_run(o->nproc_per_node, argc, argv);
     }
     run_train(*o);
   });

@@ -94,6 +94,7 @@ void CachingAllocator::free(void* ptr) {
   allocated_blocks_.erase(it);
   stats_.allocated_bytes -= block->size;
   stats_.requested_bytes -= block->requested;
+  categories_.sub(block->category, block->size);
   ++stats_.num_frees;
   if (block->stream_uses.empty()) {
     free_block(block);
@@ -260,6 +261,8 @@ void* CachingAllocator::hand_out(Block* block, size_t size, size_t requested) {
   }
   block->state = BlockState::kAllocated;
   block->requested = requested;
+  block->category = current_memory_category();
+  categories_.add(block->category, block->size);
   allocated_blocks_.emplace(block->address, block);
   block->segment->last_used = ++use_clock_;
   stats_.allocated_bytes += block->size;

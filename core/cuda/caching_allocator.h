@@ -41,6 +41,7 @@
 
 #include "nabla/core/cuda/alloc_config.h"
 #include "nabla/core/cuda/device_memory.h"
+#include "nabla/core/memory_category.h"
 
 namespace nabla::cuda {
 
@@ -96,6 +97,10 @@ class CachingAllocator {
   size_t max_memory_reserved() const;
   void reset_peak_memory_stats();
   MemoryStats stats() const;
+  // Allocated bytes by the MemoryCategory current when each block was handed out (block sizes, so
+  // they sum to memory_allocated()), plus cached = reserved - allocated. reset_peak_memory_stats()
+  // resets its peaks too.
+  MemoryCategoryStats category_stats() const;
   // A readable table of the stats, counters and configuration.
   std::string memory_summary() const;
   // JSON: totals and every segment (address, size, stream, pool, allocated/active bytes) with its
@@ -160,8 +165,9 @@ class CachingAllocator {
   std::map<StreamId, std::deque<std::pair<EventId, Block*>>> stream_events_;
   std::vector<Block*> deferred_until_no_capture_;
 
-  size_t memory_limit_;     // reserved memory never exceeds this
-  double fraction_ = 0;     // 0 until set_memory_fraction
+  nabla::detail::CategoryCounters categories_;  // updated with mutex_ held, like stats_
+  size_t memory_limit_;                         // reserved memory never exceeds this
+  double fraction_ = 0;                         // 0 until set_memory_fraction
   uint64_t use_clock_ = 0;  // ticks on every use of a segment, for least-recently-used order
   MemoryStats stats_;
 };

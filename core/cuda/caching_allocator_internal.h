@@ -49,7 +49,8 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   BlockState state = BlockState::kFree;
   int pending_events = 0;
-  std::vector<StreamId> stream_uses;  // other streams named by record_stream
+  MemoryCategory category = MemoryCategory::other;  // while allocated: what it was allocated for
+  std::vector<StreamId> stream_uses;                // other streams named by record_stream
 };
 
 // Best fit: order free blocks by (stream, size, address) so that lower_bound({stream, size})

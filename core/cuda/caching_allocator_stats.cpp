@@ -2,6 +2,8 @@
 // out-of-memory message, and the invariant check the tests run after every step.
 #include <nlohmann/json.hpp>
 
+#include <array>
+
 #include "nabla/core/cuda/caching_allocator.h"
 #include "nabla/core/cuda/caching_allocator_internal.h"
 #include "nabla/core/error.h"
@@ -62,6 +64,15 @@ void CachingAllocator::reset_peak_memory_stats() {
   stats_.peak_requested_bytes = stats_.requested_bytes;
   stats_.peak_active_bytes = stats_.active_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  categories_.reset_peaks();
+}
+
+MemoryCategoryStats CachingAllocator::category_stats() const {
+  std::lock_guard lock(mutex_);
+  MemoryCategoryStats stats = categories_.stats();
+  stats.cached = stats_.reserved_bytes - stats_.allocated_bytes;
+  stats.peak_reserved = stats_.peak_reserved_bytes;
+  return stats;
 }
 
 MemoryStats CachingAllocator::stats() const {
@@ -144,6 +155,10 @@ std::string CachingAllocator::memory_snapshot() const {
       {"num_ooms", s.num_ooms},
       {"config", to_string(config_)},
   };
+  const MemoryCategoryStats categories = categories_.stats();
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    snapshot["category_bytes"][memory_category_name(static_cast<MemoryCategory>(c))] = categories.current[c];
+  }
   if (memory_limit_ != std::numeric_limits<size_t>::max()) snapshot["memory_limit_bytes"] = memory_limit_;
   nlohmann::json segments = nlohmann::json::array();
   for (const auto& [base, segment] : segments_) {
@@ -152,10 +167,12 @@ std::string CachingAllocator::memory_snapshot() const {
     for (const Block* b = segment->first; b; b = b->next) {
       if (b->state == BlockState::kAllocated) allocated += b->size;
       if (b->state != BlockState::kFree) active += b->size;
-      blocks.push_back({{"address", b->address},
-                        {"size", b->size},
-                        {"requested_size", b->requested},
-                        {"state", state_name(b->state)}});
+      nlohmann::json block = {{"address", b->address},
+                              {"size", b->size},
+                              {"requested_size", b->requested},
+                              {"state", state_name(b->state)}};
+      if (b->state == BlockState::kAllocated) block["category"] = memory_category_name(b->category);
+      blocks.push_back(std::move(block));
     }
     segments.push_back({{"address", segment->base},
                         {"size", segment->size},
@@ -199,6 +216,7 @@ std::string CachingAllocator::out_of_memory_message(size_t requested, StreamId s
 void CachingAllocator::check_invariants() const {
   std::lock_guard lock(mutex_);
   size_t reserved = 0, allocated = 0, active = 0, requested = 0, num_allocated = 0, num_free = 0;
+  std::array<size_t, kNumMemoryCategories> by_category{};
   for (const auto& [base, segment] : segments_) {
     NABLA_ASSERT(base == segment->base);
     reserved += segment->size;
@@ -221,6 +239,7 @@ void CachingAllocator::check_invariants() const {
         NABLA_ASSERT(allocated_blocks_.at(b->address) == b);
         allocated += b->size;
         requested += b->requested;
+        by_category[MemoryCategoryStats::index(b->category)] += b->size;
         ++num_allocated;
       }
     }
@@ -235,6 +254,8 @@ void CachingAllocator::check_invariants() const {
   NABLA_ASSERT(reserved == stats_.reserved_bytes && allocated == stats_.allocated_bytes, "byte counts");
   NABLA_ASSERT(active == stats_.active_bytes && requested == stats_.requested_bytes, "byte counts");
   NABLA_ASSERT(segments_.size() == stats_.num_segments);
+  const MemoryCategoryStats categories = categories_.stats();
+  NABLA_ASSERT(categories.current == by_category && categories.total == allocated, "category byte counts");
 }
 
 }  // namespace nabla::cuda

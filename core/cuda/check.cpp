@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "nabla/core/cuda/cublas_library.h"
 #include "nabla/core/error.h"
 
 namespace nabla::cuda {
@@ -34,7 +35,9 @@ void check_cuda(cudaError_t status, const char* call, const char* file, int line
 void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) [[likely]]
     return;
-  throw_library_error("cuBLAS", call, file, line, static_cast<int>(status), cublasGetStatusString(status));
+  // cuBLASLt is loaded by now: only a call into it can have returned this status.
+  throw_library_error("cuBLAS", call, file, line, static_cast<int>(status),
+                      cublaslt_api().cublasLtGetStatusString(status));
 }
 
 void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {

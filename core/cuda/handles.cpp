@@ -7,6 +7,7 @@
 
 #include "nabla/core/allocator.h"
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/cublas_library.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
 
@@ -86,9 +87,11 @@ Handle acquire(HandlePool<Handle>& pool, Handle& slot, int device, Create create
 cublasHandle_t cublas_handle() {
   int device = current_device();
   auto& t = thread_handles();
-  cublasHandle_t h = acquire(cublas_pool(), t.cublas[device], device,
-                             [](cublasHandle_t* out) { NABLA_CUBLAS_CHECK(cublasCreate(out)); });
-  NABLA_CUBLAS_CHECK(cublasSetStream(h, static_cast<cudaStream_t>(current_stream(device).handle())));
+  cublasHandle_t h = acquire(cublas_pool(), t.cublas[device], device, [](cublasHandle_t* out) {
+    NABLA_CUBLAS_CHECK(cublas_api().cublasCreate_v2(out));
+  });
+  NABLA_CUBLAS_CHECK(
+      cublas_api().cublasSetStream_v2(h, static_cast<cudaStream_t>(current_stream(device).handle())));
   return h;
 }
 
@@ -96,7 +99,7 @@ cublasLtHandle_t cublaslt_handle() {
   int device = current_device();
   auto& t = thread_handles();
   return acquire(cublaslt_pool(), t.cublaslt[device], device,
-                 [](cublasLtHandle_t* out) { NABLA_CUBLAS_CHECK(cublasLtCreate(out)); });
+                 [](cublasLtHandle_t* out) { NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtCreate(out)); });
 }
 
 cudnnHandle_t cudnn_handle() {

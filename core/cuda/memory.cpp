@@ -15,6 +15,7 @@
 #include "nabla/core/cuda/cuda_device_memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/error.h"
+#include "nabla/core/memory_category.h"
 
 namespace nabla::cuda {
 
@@ -174,6 +175,13 @@ void record_stream(const Tensor& t, Stream stream) {
 }
 
 namespace detail {
+MemoryCategoryStats memory_category_stats(int device) {
+  if (auto* p = policy(device)) return p->category_stats();
+  MemoryCategoryStats untracked;  // the native backend does not tag its allocations
+  untracked.tracked = false;
+  return untracked;
+}
+
 void begin_graph_pool(int device, uint64_t pool, Stream stream) {
   auto* p = policy(device);
   NABLA_CHECK(p != nullptr,

@@ -6,6 +6,7 @@
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
+#include "nabla/core/memory_category.h"
 
 #include <utility>
 
@@ -134,6 +135,11 @@ std::string memory_snapshot(int) {
 void record_stream(const Tensor&, Stream) {
   no_cuda("record_stream");
 }
+namespace detail {
+MemoryCategoryStats memory_category_stats(int) {
+  no_cuda("memory_category_stats");
+}
+}  // namespace detail
 
 Graph::~Graph() = default;
 void Graph::capture_begin(Stream) {

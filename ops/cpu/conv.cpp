@@ -10,23 +10,27 @@
 //
 // Threads: the (n, g) pairs are independent, so a batch runs one pair per OpenMP thread, each
 // with its own col buffer; Eigen is serial inside the parallel region. A single pair, or fewer
-// large pairs than threads, runs the pairs in turn and lets Eigen thread each product instead.
-// The weight gradient sums over the batch, so each thread accumulates into its own buffer and
-// the buffers are added at the end, in thread order (deterministic for a given thread count).
+// large pairs than threads, runs the pairs in turn and splits each product over the threads
+// (parallel_product, Note [Eigen threads] in matrix_product.h).
+// Pairs are handed out dynamically: when the cores are shared with other work, a thread the OS
+// deschedules would otherwise hold its static share of the batch while the others wait at the
+// barrier. The weight gradient sums over the batch, so it accumulates fixed chunks of pairs into
+// their own buffers and adds them at the end in chunk order (deterministic for a given thread
+// count, whichever thread ran which chunk).
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <type_traits>
 #include <vector>
 
 #include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/cpu/matrix_product.h"
 
 namespace nabla::ops::cpu {
 
 namespace {
 
-// Products below this many multiply-adds are too small for Eigen's own threads to pay off.
+// Products below this many multiply-adds are too small to split over threads.
 constexpr int64_t kSmallGemm = int64_t{1} << 18;
 
 struct Geometry {
@@ -58,18 +62,30 @@ struct Geometry {
                 prm.padding[1] == 0;
   }
   int64_t tasks() const { return n * groups; }
-  // Whether to spread the (n, g) pairs over threads (else Eigen threads each product).
+  // Whether to spread the (n, g) pairs over threads (else each product is split over them).
   bool parallel_tasks() const {
     return tasks() > 1 && !omp_in_parallel() && (tasks() >= omp_get_max_threads() || og * k * p < kSmallGemm);
   }
 };
 
+// A dense row-major (rows, cols) matrix at p.
 template <typename T>
-using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using ConstMap = Eigen::Map<const RowMatrix<T>>;
-template <typename T>
-using MutMap = Eigen::Map<RowMatrix<T>>;
+MatrixRef<T> dense(T* p, int64_t rows, int64_t cols) {
+  return {p, rows, cols, cols};
+}
+
+// The outputs [begin, end) of a row whose tap ow * stride + offset lands inside [0, size); the
+// ones outside read the padding. Lets the row loops below run without a bounds check per element.
+struct OutputRange {
+  int64_t begin, end;
+};
+
+OutputRange inside_outputs(int64_t offset, int64_t stride, int64_t size, int64_t outputs) {
+  const int64_t begin = std::min(outputs, offset >= 0 ? 0 : (-offset + stride - 1) / stride);
+  const int64_t last = size - 1 - offset;  // ow * stride <= last
+  const int64_t end = last < 0 ? 0 : std::min(outputs, last / stride + 1);
+  return {begin, std::max(begin, end)};
+}
 
 // col (K, P) from one image's group of channels x (C / groups, H, W).
 template <typename T>
@@ -81,6 +97,8 @@ void im2col(const T* x, T* col, const Geometry& g) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         T* row = col + ((c * g.kh + i) * g.kw + j) * g.p;
+        const int64_t offset = j * dw - pw;  // iw = ow * sw + offset
+        const OutputRange inside = inside_outputs(offset, sw, g.w, g.wo);
         for (int64_t oh = 0; oh < g.ho; ++oh) {
           T* out = row + oh * g.wo;
           const int64_t ih = oh * sh - ph + i * dh;
@@ -89,10 +107,13 @@ void im2col(const T* x, T* col, const Geometry& g) {
             continue;
           }
           const T* in = x + (c * g.h + ih) * g.w;
-          for (int64_t ow = 0; ow < g.wo; ++ow) {
-            const int64_t iw = ow * sw - pw + j * dw;
-            out[ow] = (iw >= 0 && iw < g.w) ? in[iw] : T(0);
+          std::fill_n(out, inside.begin, T(0));
+          if (sw == 1) {  // a plain copy, which the compiler vectorizes
+            for (int64_t ow = inside.begin; ow < inside.end; ++ow) out[ow] = in[ow + offset];
+          } else {
+            for (int64_t ow = inside.begin; ow < inside.end; ++ow) out[ow] = in[ow * sw + offset];
           }
+          std::fill(out + inside.end, out + g.wo, T(0));
         }
       }
     }
@@ -109,14 +130,17 @@ void col2im_add(const T* dcol, T* dx, const Geometry& g) {
     for (int64_t i = 0; i < g.kh; ++i) {
       for (int64_t j = 0; j < g.kw; ++j) {
         const T* row = dcol + ((c * g.kh + i) * g.kw + j) * g.p;
+        const int64_t offset = j * dw - pw;
+        const OutputRange inside = inside_outputs(offset, sw, g.w, g.wo);
         for (int64_t oh = 0; oh < g.ho; ++oh) {
           const int64_t ih = oh * sh - ph + i * dh;
           if (ih < 0 || ih >= g.h) continue;
           const T* in = row + oh * g.wo;
           T* out = dx + (c * g.h + ih) * g.w;
-          for (int64_t ow = 0; ow < g.wo; ++ow) {
-            const int64_t iw = ow * sw - pw + j * dw;
-            if (iw >= 0 && iw < g.w) out[iw] += in[ow];
+          if (sw == 1) {
+            for (int64_t ow = inside.begin; ow < inside.end; ++ow) out[ow + offset] += in[ow];
+          } else {
+            for (int64_t ow = inside.begin; ow < inside.end; ++ow) out[ow * sw + offset] += in[ow];
           }
         }
       }
@@ -143,14 +167,19 @@ void forward_impl(const Tensor& x, const Tensor& w, const Tensor& bias, const Te
 #pragma omp parallel if (g.parallel_tasks())
   {
     std::vector<T> buffer;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < g.tasks(); ++t) {
       const int64_t n = t / g.groups, grp = t % g.groups;
-      ConstMap<T> col(col_for(px, n, grp, g, buffer), g.k, g.p);
-      ConstMap<T> wg(pw + grp * g.og * g.k, g.og, g.k);
-      MutMap<T> yg(py + (n * g.o + grp * g.og) * g.p, g.og, g.p);
-      yg.noalias() = wg * col;
-      if (pb) yg.colwise() += Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(pb + grp * g.og, g.og);
+      const auto col = dense(col_for(px, n, grp, g, buffer), g.k, g.p);
+      const auto wg = dense(pw + grp * g.og * g.k, g.og, g.k);
+      T* yg = py + (n * g.o + grp * g.og) * g.p;  // (O / groups, P)
+      parallel_product(wg, col, dense(yg, g.og, g.p), false);
+      if (pb) {
+        for (int64_t o = 0; o < g.og; ++o) {
+          const T b = pb[grp * g.og + o];
+          for (int64_t i = 0; i < g.p; ++i) yg[o * g.p + i] += b;
+        }
+      }
     }
   }
 }
@@ -163,18 +192,18 @@ void backward_input_impl(const Tensor& grad_y, const Tensor& w, const Tensor& gr
 #pragma omp parallel if (g.parallel_tasks())
   {
     std::vector<T> dcol;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < g.tasks(); ++t) {
       const int64_t n = t / g.groups, grp = t % g.groups;
-      ConstMap<T> wg(pw + grp * g.og * g.k, g.og, g.k);
-      ConstMap<T> gyg(pgy + (n * g.o + grp * g.og) * g.p, g.og, g.p);
+      const auto wg = dense(pw + grp * g.og * g.k, g.og, g.k);
+      const auto gyg = dense(pgy + (n * g.o + grp * g.og) * g.p, g.og, g.p);
       T* gxg = pgx + (n * g.c + grp * g.cg) * g.h * g.w;
       if (g.pointwise) {
-        MutMap<T>(gxg, g.cg, g.p).noalias() = wg.transpose() * gyg;
+        parallel_product(wg.transposed(), gyg, dense(gxg, g.cg, g.p), false);
         continue;
       }
       dcol.resize(static_cast<size_t>(g.k * g.p));
-      MutMap<T>(dcol.data(), g.k, g.p).noalias() = wg.transpose() * gyg;
+      parallel_product(wg.transposed(), gyg, dense(dcol.data(), g.k, g.p), false);
       std::fill_n(gxg, g.cg * g.h * g.w, T(0));
       col2im_add(dcol.data(), gxg, g);
     }
@@ -189,30 +218,34 @@ void backward_weight_impl(const Tensor& grad_y, const Tensor& x, const Tensor& g
   const int64_t wsize = g.o * g.k;
   std::fill_n(pgw, wsize, T(0));
   const bool parallel = g.parallel_tasks();
-  const int threads = parallel ? omp_get_max_threads() : 1;
-  // partial[t]: thread t's sum over its pairs (thread 0 writes grad_w directly).
-  std::vector<std::vector<T>> partial(static_cast<size_t>(threads));
-#pragma omp parallel num_threads(threads) if (parallel)
+  // The pairs are cut into fixed chunks, each summed into its own buffer (chunk 0 into grad_w),
+  // and the buffers are added in chunk order: the result does not depend on which thread ran
+  // which chunk, so threads can take chunks as they come (see the note on scheduling above).
+  // Several chunks per thread, unless the buffers would be large.
+  const int64_t per_thread = wsize <= (int64_t{1} << 20) ? 4 : 1;
+  const int64_t chunks = parallel ? std::min<int64_t>(g.tasks(), per_thread * omp_get_max_threads()) : 1;
+  std::vector<std::vector<T>> partial(static_cast<size_t>(chunks));
+#pragma omp parallel if (parallel)
   {
-    const int tid = omp_get_thread_num();
-    T* acc = pgw;
-    if (tid > 0) {
-      partial[tid].assign(static_cast<size_t>(wsize), T(0));
-      acc = partial[tid].data();
-    }
     std::vector<T> buffer;
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < g.tasks(); ++t) {
-      const int64_t n = t / g.groups, grp = t % g.groups;
-      ConstMap<T> col(col_for(px, n, grp, g, buffer), g.k, g.p);
-      ConstMap<T> gyg(pgy + (n * g.o + grp * g.og) * g.p, g.og, g.p);
-      MutMap<T>(acc + grp * g.og * g.k, g.og, g.k).noalias() += gyg * col.transpose();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+      T* acc = pgw;
+      if (chunk > 0) {
+        partial[chunk].assign(static_cast<size_t>(wsize), T(0));
+        acc = partial[chunk].data();
+      }
+      for (int64_t t = chunk * g.tasks() / chunks; t < (chunk + 1) * g.tasks() / chunks; ++t) {
+        const int64_t n = t / g.groups, grp = t % g.groups;
+        const auto col = dense(col_for(px, n, grp, g, buffer), g.k, g.p);
+        const auto gyg = dense(pgy + (n * g.o + grp * g.og) * g.p, g.og, g.p);
+        parallel_product(gyg, col.transposed(), dense(acc + grp * g.og * g.k, g.og, g.k), true);
+      }
     }
   }
-  for (int t = 1; t < threads; ++t) {
-    if (partial[t].empty()) continue;  // the runtime gave fewer threads
-    const T* src = partial[t].data();
-#pragma omp parallel for schedule(static) if (wsize > (int64_t{1} << 16))
+  for (int64_t chunk = 1; chunk < chunks; ++chunk) {
+    const T* src = partial[chunk].data();
+#pragma omp parallel for schedule(static) if (wsize > (int64_t{1} << 20))
     for (int64_t i = 0; i < wsize; ++i) pgw[i] += src[i];
   }
 }

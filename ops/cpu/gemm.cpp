@@ -1,61 +1,35 @@
-// CPU matrix products on Eigen.
+// CPU matrix products on Eigen (through matrix_product.h).
 //
-// Each matrix of a batch is mapped in place with Eigen::Map and an outer stride, as row-major or
+// Each matrix of a batch is referenced in place with a leading dimension, as row-major or
 // column-major, so a transposed view (the usual b^T of a backward pass) costs no copy. A batch of
-// several products runs one product per OpenMP thread; a single large product runs alone and
-// Eigen threads it internally (Eigen stays serial inside an active parallel region).
-#include <omp.h>
-
-#include <Eigen/Core>
+// several products runs one product per OpenMP thread; a single large product is split over the
+// threads by parallel_product (see Note [Eigen threads] in matrix_product.h).
 #include <algorithm>
 #include <type_traits>
 
 #include "nabla/ops/cpu/linalg_kernels.h"
+#include "nabla/ops/cpu/matrix_product.h"
 #include "nabla/ops/matrix_layout.h"
 
 namespace nabla::ops::cpu {
 
 namespace {
 
-// Products below this many multiply-adds are too small for Eigen's own threads to pay off, so a
+// Products below this many multiply-adds are too small to split over threads, so a
 // batch of them is better spread over threads one product each.
 constexpr int64_t kSmallGemm = int64_t{1} << 18;
 
-template <typename T, int Order>
-using ConstMatrixMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>,
-                                  Eigen::Unaligned, Eigen::OuterStride<>>;
-template <typename T>
-using OutMatrixMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>,
-                                Eigen::Unaligned, Eigen::OuterStride<>>;
-
 struct GemmDims {
   int64_t n, k, m, lda, ldb;
-  bool accumulate;
+  bool a_row_major, b_row_major, accumulate;
 };
 
 // out (n, m) [+]= a (n, k) @ b (k, m); out is dense row-major.
-template <typename T, int OrderA, int OrderB>
+template <typename T>
 void gemm_one(const T* a, const T* b, T* out, const GemmDims& d) {
-  ConstMatrixMap<T, OrderA> A(a, d.n, d.k, Eigen::OuterStride<>(d.lda));
-  ConstMatrixMap<T, OrderB> B(b, d.k, d.m, Eigen::OuterStride<>(d.ldb));
-  OutMatrixMap<T> C(out, d.n, d.m, Eigen::OuterStride<>(std::max<int64_t>(d.m, 1)));
-  if (d.accumulate) {
-    C.noalias() += A * B;
-  } else {
-    C.noalias() = A * B;
-  }
-}
-
-template <typename T>
-using GemmFn = void (*)(const T*, const T*, T*, const GemmDims&);
-
-template <typename T>
-GemmFn<T> pick_gemm(bool a_row_major, bool b_row_major) {
-  if (a_row_major)
-    return b_row_major ? gemm_one<T, Eigen::RowMajor, Eigen::RowMajor>
-                       : gemm_one<T, Eigen::RowMajor, Eigen::ColMajor>;
-  return b_row_major ? gemm_one<T, Eigen::ColMajor, Eigen::RowMajor>
-                     : gemm_one<T, Eigen::ColMajor, Eigen::ColMajor>;
+  parallel_product<T>({a, d.n, d.k, d.lda, d.a_row_major}, {b, d.k, d.m, d.ldb, d.b_row_major},
+                      {out, d.n, d.m, std::max<int64_t>(d.m, 1)},
+                      d.accumulate);  // serial inside a batch loop
 }
 
 // Element offset of batch entry `index` in `t`, whose leading `batch_sizes.size()` dims are the batch.
@@ -88,6 +62,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) 
                 .m = b.size(nd - 1),
                 .lda = 0,
                 .ldb = 0,
+                .a_row_major = true,
+                .b_row_major = true,
                 .accumulate = accumulate};
   NABLA_ASSERT(b.size(nd - 2) == dims.k && out.size(nd - 2) == dims.n && out.size(nd - 1) == dims.m,
                "gemm: shapes {} @ {} -> {}", shape_str(a.sizes()), shape_str(b.sizes()),
@@ -97,6 +73,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) 
   NABLA_ASSERT(la.ok && lb.ok, "gemm: operands must be plain or transposed matrices");
   dims.lda = la.ld;
   dims.ldb = lb.ld;
+  dims.a_row_major = la.row_major;
+  dims.b_row_major = lb.row_major;
 
   dispatch<TypeSet::Floating>(a.dtype(), "matmul", [&]<typename T>() {
     if constexpr (!std::is_same_v<T, compute_t<T>>) {
@@ -108,7 +86,6 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) 
         if (!accumulate) std::fill_n(po, out.numel(), T(0));
         return;
       }
-      GemmFn<T> fn = pick_gemm<T>(la.row_major, lb.row_major);
       const T* pa = a.data_ptr<T>();
       const T* pb = b.data_ptr<T>();
       const int64_t out_step = dims.n * dims.m;
@@ -117,8 +94,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, bool accumulate) 
           batch > 1 && !omp_in_parallel() && (small || batch >= omp_get_max_threads());
 #pragma omp parallel for schedule(static) if (batch_parallel)
       for (int64_t i = 0; i < batch; ++i) {
-        fn(pa + batch_offset(a, batch_sizes, i), pb + batch_offset(b, batch_sizes, i), po + i * out_step,
-           dims);
+        gemm_one<T>(pa + batch_offset(a, batch_sizes, i), pb + batch_offset(b, batch_sizes, i),
+                    po + i * out_step, dims);
       }
     }
   });

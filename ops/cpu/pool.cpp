@@ -4,11 +4,21 @@
 // forward kernels walk the output, backward kernels walk the input and gather the gradients of
 // the windows that cover each element (no scatter, so threads never write the same element).
 // NCHW tensors are split over OpenMP threads by (N, C) planes; NHWC tensors by (N, H) rows, with
-// C innermost, so both read and write in memory order. Sums accumulate in double for float32
+// C innermost, so both read and write in memory order. NCHW max pooling with disjoint windows
+// has a faster path (Note [Max pool tiling fast path]). Sums accumulate in double for float32
 // and float64 and in float for float16/bfloat16.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/pool_kernels.h"
@@ -53,8 +63,156 @@ void for_each_position(const Tensor& t, Fn fn) {
   }
 }
 
+// Note [Max pool tiling fast path]
+// The usual max pool (kernel == stride, no padding, no dilation: SmallCnn's 2x2) tiles the input
+// with disjoint windows. For NCHW tensors the forward then walks each plane with plain pointer
+// loops (no per-element div/mod or bounds checks), and the backward zeroes grad_input and writes
+// each output's gradient straight onto its argmax: every input element lies in at most one
+// window, so this equals the gather's one-term sum exactly. Windows clip at the bottom/right edge
+// (ceil_mode); rows and columns no window covers keep their zero gradient.
+bool is_tiling(const PoolGeometry& g) {
+  return g.kernel_h == g.stride_h && g.kernel_w == g.stride_w && g.pad_h == 0 && g.pad_w == 0 &&
+         g.dilation_h == 1 && g.dilation_w == 1;
+}
+
+bool all_contiguous(std::initializer_list<std::reference_wrapper<const Tensor>> ts) {
+  for (const Tensor& t : ts) {
+    if (!t.is_contiguous()) return false;
+  }
+  return true;
+}
+
+// Takes v at `index` when it beats `best` by max_forward's rule (the first maximum wins, the first
+// NaN beats all), without branches: random data would mispredict half of them.
+template <typename C>
+inline void take_if_better(C v, int64_t index, C& best, int64_t& best_index) {
+  static_assert(sizeof(C) == 4 || sizeof(C) == 8);
+  using Bits = std::conditional_t<sizeof(C) == 4, uint32_t, uint64_t>;
+  const bool take = (v > best) | ((v != v) & (best == best));
+  // Selects by masks: for `take ? v : best` GCC emits branches (SSE2 has no blend), and random
+  // data mispredicts half of them.
+  const int64_t mask = -static_cast<int64_t>(take);
+  best_index ^= (best_index ^ index) & mask;
+  Bits best_bits = std::bit_cast<Bits>(best);
+  best_bits ^= (best_bits ^ std::bit_cast<Bits>(v)) & static_cast<Bits>(mask);
+  best = std::bit_cast<C>(best_bits);
+}
+
+#if defined(__SSE2__)
+// Four full 2x2 windows at a time for float32 (SSE2 is part of x86-64): the windows of outputs
+// [0, count) of one output row whose window rows start at r0 (input width w), with the same rule
+// as take_if_better lane by lane. Returns how many outputs it did (a multiple of 4).
+int64_t max2x2_row_sse2(const float* r0, int64_t w, int64_t first_index, int64_t count, float* out,
+                        int64_t* indices) {
+  const float* r1 = r0 + w;
+  const __m128i off_b = _mm_set1_epi32(1), off_c = _mm_set1_epi32(static_cast<int32_t>(w)),
+                off_d = _mm_set1_epi32(static_cast<int32_t>(w + 1));
+  int64_t ow = 0;
+  for (; ow + 4 <= count; ow += 4) {
+    const __m128 lo0 = _mm_loadu_ps(r0 + 2 * ow), hi0 = _mm_loadu_ps(r0 + 2 * ow + 4);
+    const __m128 lo1 = _mm_loadu_ps(r1 + 2 * ow), hi1 = _mm_loadu_ps(r1 + 2 * ow + 4);
+    // Window taps: a b (top row), c d (bottom row), in the scalar path's order.
+    const __m128 a = _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m128 b = _mm_shuffle_ps(lo0, hi0, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m128 c = _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m128 d = _mm_shuffle_ps(lo1, hi1, _MM_SHUFFLE(3, 1, 3, 1));
+    __m128 best = a;
+    __m128i offset = _mm_setzero_si128();  // of the best tap from the window's first
+    auto take = [&](__m128 v, __m128i v_offset) {
+      const __m128 t =
+          _mm_or_ps(_mm_cmpgt_ps(v, best), _mm_and_ps(_mm_cmpunord_ps(v, v), _mm_cmpord_ps(best, best)));
+      best = _mm_or_ps(_mm_and_ps(t, v), _mm_andnot_ps(t, best));
+      const __m128i ti = _mm_castps_si128(t);
+      offset = _mm_or_si128(_mm_and_si128(ti, v_offset), _mm_andnot_si128(ti, offset));
+    };
+    take(b, off_b);
+    take(c, off_c);
+    take(d, off_d);
+    _mm_storeu_ps(out + ow, best);
+    alignas(16) int32_t lane[4];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lane), offset);
+    for (int k = 0; k < 4; ++k) indices[ow + k] = first_index + 2 * (ow + k) + lane[k];
+  }
+  return ow;
+}
+#endif
+
+// kKernel2: the window is 2x2 (SmallCnn's pool), unrolled; otherwise the geometry's kernel.
+template <typename T, bool kKernel2>
+void max_forward_tiling(const Tensor& x, const PoolGeometry& g, const Tensor& out, const Tensor& indices) {
+  using C = compute_t<T>;
+  const T* xp = x.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  int64_t* ip = indices.data_ptr<int64_t>();
+  const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+#pragma omp parallel for schedule(static) if (x.numel() > kParallelGrain && !omp_in_parallel())
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    const T* xplane = xp + plane * in_plane;
+    T* oplane = op + plane * out_plane;
+    int64_t* iplane = ip + plane * out_plane;
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      const int64_t h0 = oh * g.stride_h, h1 = std::min(h0 + g.kernel_h, g.h);
+      int64_t ow = 0;
+#if defined(__SSE2__)
+      if constexpr (kKernel2 && std::is_same_v<T, float>) {
+        // Windows that are whole (ceil_mode may clip the last), for an int32 offset within a plane.
+        if (h1 - h0 == 2 && g.w < (int64_t{1} << 30)) {
+          ow = max2x2_row_sse2(xplane + h0 * g.w, g.w, h0 * g.w, std::min(g.out_w, g.w / 2),
+                               oplane + oh * g.out_w, iplane + oh * g.out_w);
+        }
+      }
+#endif
+      for (; ow < g.out_w; ++ow) {
+        const int64_t w0 = ow * g.stride_w, w1 = std::min(w0 + g.kernel_w, g.w);
+        const int64_t first = h0 * g.w + w0;
+        C best = static_cast<C>(xplane[first]);
+        int64_t best_index = first;
+        if (kKernel2 && h1 - h0 == 2 && w1 - w0 == 2) {
+          take_if_better(static_cast<C>(xplane[first + 1]), first + 1, best, best_index);
+          take_if_better(static_cast<C>(xplane[first + g.w]), first + g.w, best, best_index);
+          take_if_better(static_cast<C>(xplane[first + g.w + 1]), first + g.w + 1, best, best_index);
+        } else {
+          // Revisiting the first tap changes nothing: it neither beats itself nor is a new NaN.
+          for (int64_t ih = h0; ih < h1; ++ih) {
+            for (int64_t iw = w0; iw < w1; ++iw) {
+              take_if_better(static_cast<C>(xplane[ih * g.w + iw]), ih * g.w + iw, best, best_index);
+            }
+          }
+        }
+        oplane[oh * g.out_w + ow] = static_cast<T>(best);
+        iplane[oh * g.out_w + ow] = best_index;
+      }
+    }
+  }
+}
+
+template <typename T>
+void max_backward_tiling(const Tensor& grad, const Tensor& indices, const PoolGeometry& g,
+                         const Tensor& grad_input) {
+  const T* gp = grad.data_ptr<T>();
+  const int64_t* ip = indices.data_ptr<int64_t>();
+  T* gi = grad_input.data_ptr<T>();
+  const int64_t planes = g.n * g.c, in_plane = g.h * g.w, out_plane = g.out_h * g.out_w;
+#pragma omp parallel for schedule(static) if (grad_input.numel() > kParallelGrain && !omp_in_parallel())
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    T* giplane = gi + plane * in_plane;
+    std::fill_n(giplane, in_plane, T(0));
+    const T* gplane = gp + plane * out_plane;
+    const int64_t* iplane = ip + plane * out_plane;
+    for (int64_t o = 0; o < out_plane; ++o) {
+      const int64_t at = iplane[o];
+      if (at >= 0 && at < in_plane) giplane[at] = gplane[o];
+    }
+  }
+}
+
 template <typename T>
 void max_forward(const Tensor& x, const PoolGeometry& g, const Tensor& out, const Tensor& indices) {
+  if (is_tiling(g) && all_contiguous({x, out, indices})) {
+    const bool kernel2 = g.kernel_h == 2 && g.kernel_w == 2;
+    return kernel2 ? max_forward_tiling<T, true>(x, g, out, indices)
+                   : max_forward_tiling<T, false>(x, g, out, indices);
+  }
   using C = compute_t<T>;
   const T* xp = x.data_ptr<T>();
   T* op = out.data_ptr<T>();
@@ -87,6 +245,9 @@ void max_forward(const Tensor& x, const PoolGeometry& g, const Tensor& out, cons
 template <typename T>
 void max_backward(const Tensor& grad, const Tensor& indices, const PoolGeometry& g,
                   const Tensor& grad_input) {
+  if (is_tiling(g) && all_contiguous({grad, indices, grad_input})) {
+    return max_backward_tiling<T>(grad, indices, g, grad_input);
+  }
   using S = sum_t<T>;
   const T* gp = grad.data_ptr<T>();
   const int64_t* ip = indices.data_ptr<int64_t>();

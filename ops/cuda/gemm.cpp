@@ -27,6 +27,7 @@
 #include <optional>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/cublas_library.h"
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/ops/cuda/kernels.h"
@@ -36,6 +37,9 @@
 namespace nabla::ops::cuda {
 
 namespace {
+
+// cuBLASLt is opened on first use, not linked (core/cuda/cublas_library.h says why).
+using nabla::cuda::cublaslt_api;
 
 // Sets the device for a scope: handles and workspaces belong to the current device.
 class CurrentDevice {
@@ -57,14 +61,15 @@ class CurrentDevice {
 class MatmulDesc {
  public:
   MatmulDesc(cublasComputeType_t compute, cudaDataType_t scale) {
-    NABLA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, compute, scale));
+    NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatmulDescCreate(&desc_, compute, scale));
   }
-  ~MatmulDesc() { cublasLtMatmulDescDestroy(desc_); }
+  ~MatmulDesc() { cublaslt_api().cublasLtMatmulDescDestroy(desc_); }
   MatmulDesc(const MatmulDesc&) = delete;
   MatmulDesc& operator=(const MatmulDesc&) = delete;
   template <typename V>
   void set(cublasLtMatmulDescAttributes_t attribute, const V& value) {
-    NABLA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
+    NABLA_CUBLAS_CHECK(
+        cublaslt_api().cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)));
   }
   cublasLtMatmulDesc_t get() const { return desc_; }
 
@@ -75,17 +80,17 @@ class MatmulDesc {
 class Layout {
  public:
   Layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
-    NABLA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout_, type, static_cast<uint64_t>(rows),
-                                                  static_cast<uint64_t>(cols), ld));
+    NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatrixLayoutCreate(&layout_, type, static_cast<uint64_t>(rows),
+                                                                 static_cast<uint64_t>(cols), ld));
     if (batch > 1) {
       const auto count = static_cast<int32_t>(batch);
-      NABLA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout_, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                                          sizeof(count)));
-      NABLA_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+      NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatrixLayoutSetAttribute(
+          layout_, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatrixLayoutSetAttribute(
           layout_, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof(batch_stride)));
     }
   }
-  ~Layout() { cublasLtMatrixLayoutDestroy(layout_); }
+  ~Layout() { cublaslt_api().cublasLtMatrixLayoutDestroy(layout_); }
   Layout(const Layout&) = delete;
   Layout& operator=(const Layout&) = delete;
   cublasLtMatrixLayout_t get() const { return layout_; }
@@ -96,13 +101,14 @@ class Layout {
 
 class Preference {
  public:
-  Preference() { NABLA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_)); }
-  ~Preference() { cublasLtMatmulPreferenceDestroy(pref_); }
+  Preference() { NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatmulPreferenceCreate(&pref_)); }
+  ~Preference() { cublaslt_api().cublasLtMatmulPreferenceDestroy(pref_); }
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
   template <typename V>
   void set(cublasLtMatmulPreferenceAttributes_t attribute, const V& value) {
-    NABLA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref_, attribute, &value, sizeof(value)));
+    NABLA_CUBLAS_CHECK(
+        cublaslt_api().cublasLtMatmulPreferenceSetAttribute(pref_, attribute, &value, sizeof(value)));
   }
   cublasLtMatmulPreference_t get() const { return pref_; }
 
@@ -218,7 +224,7 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
       }
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      const cublasStatus_t status = cublaslt_api().cublasLtMatmulAlgoGetHeuristic(
           handle, desc.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found);
       if (status != CUBLAS_STATUS_NOT_SUPPORTED) NABLA_CUBLAS_CHECK(status);
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
@@ -239,9 +245,9 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
   const void* beta =
       p.accumulate ? alpha : (f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f));
-  NABLA_CUBLAS_CHECK(cublasLtMatmul(handle, desc.get(), alpha, p.a, la.get(), p.b, lb.get(), beta, p.d,
-                                    ld.get(), p.d, ld.get(), &*algo, workspace.data, workspace.bytes,
-                                    stream));
+  NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatmul(handle, desc.get(), alpha, p.a, la.get(), p.b, lb.get(),
+                                                   beta, p.d, ld.get(), p.d, ld.get(), &*algo, workspace.data,
+                                                   workspace.bytes, stream));
   return true;
 }
 

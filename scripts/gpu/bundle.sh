@@ -11,8 +11,9 @@ stage="$build/gpu-stage"
 rm -rf "$stage"
 mkdir -p "$stage/gpu-lib"
 cp -L "$(gcc -print-file-name=libgomp.so.1)" "$stage/gpu-lib/"
-# The CPU-only suites run in CI; the GPU machine gets the suites with CUDA cases.
-for bin in "$build"/tests/nabla_cuda_tests "$build"/tests/nabla_nccl_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral "$build"/examples/custom_model \
+# The CPU-only suites run in CI; the GPU machine gets the suites with CUDA cases (core and apps
+# hold a few: the allocator's memory categories, the OOM split on a real device).
+for bin in "$build"/tests/nabla_cuda_tests "$build"/tests/nabla_nccl_tests "$build"/tests/nabla_core_tests "$build"/tests/nabla_apps_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral "$build"/examples/custom_model \
   "$build"/examples/custom_op "$build"/apps/nabla-*; do
   [[ -x $bin && -f $bin ]] || continue
   # Gloo and its dependencies are not on the GPU machine; its (CPU) tests run in CI.
@@ -22,6 +23,7 @@ for bin in "$build"/tests/nabla_cuda_tests "$build"/tests/nabla_nccl_tests "$bui
   cp "$bin" "$stage/$rel"
   strip --strip-unneeded "$stage/$rel"
 done
-tar -C "$stage" -cf - . | xz -T2 -6 > "$build/gpu-bundle.tar.xz"
+# A dictionary larger than several binaries lets xz store their common CUDA code once.
+tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=6,dict=256MiB > "$build/gpu-bundle.tar.xz"
 rm -rf "$stage"
 ls -la "$build/gpu-bundle.tar.xz"

@@ -29,7 +29,8 @@ import ast, glob, json, os, sys
 out = sys.argv[1]
 nabla = {}
 for f in glob.glob(os.path.join(out, "ddp_world*.json")):
-    j = json.load(open(f)); nabla[j["world"]] = j["img_s_total"]
+    j = json.load(open(f)); j = j[0] if isinstance(j, list) else j  # nabla-bench writes a list of rows
+    nabla[j["world"]] = j["img_s_total"]
 torch = {}
 if os.path.exists(os.path.join(out, "torch_ddp.log")):
     for line in open(os.path.join(out, "torch_ddp.log")):

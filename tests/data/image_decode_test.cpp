@@ -15,24 +15,22 @@ namespace {
 using nabla::testing::byte_diff;
 using nabla::testing::read_bytes;
 
-// Fixtures made by PIL (tests/data/image_reference.py) from a random image, once per suite
-// (Python start-up costs seconds), seeded from the suite's name.
+// Fixtures made by PIL (tests/data/image_reference.py) from a random image, once per build
+// (Python start-up costs seconds; see ImageFixtures), seeded from the suite's name.
 class DecodeFixtures : public ::testing::Test {
  protected:
   void SetUp() override {
     NABLA_REQUIRE_TORCHVISION();
     if (!dir_) {
-      dir_ = std::make_unique<nabla::testing::ScratchDir>();
-      nabla::testing::run_image_reference(
-          "fixtures " + dir_->path() + " " +
-          std::to_string(std::hash<std::string>{}("DecodeFixtures") % 100000));
+      dir_ = std::make_unique<nabla::testing::ImageFixtures>(std::hash<std::string>{}("DecodeFixtures") %
+                                                             100000);
     }
   }
   static void TearDownTestSuite() { dir_.reset(); }
   std::vector<uint8_t> bytes(const std::string& name) { return read_bytes(*dir_ / name); }
-  static std::unique_ptr<nabla::testing::ScratchDir> dir_;
+  static std::unique_ptr<nabla::testing::ImageFixtures> dir_;
 };
-std::unique_ptr<nabla::testing::ScratchDir> DecodeFixtures::dir_;
+std::unique_ptr<nabla::testing::ImageFixtures> DecodeFixtures::dir_;
 
 // PIL (python3-pil) links the same system libjpeg-turbo, so a plain decode agrees to the byte;
 // the margin only allows for a PIL built against another libjpeg.

@@ -1,4 +1,4 @@
-#!/ usr / bin / env python3
+#!/usr/bin/env python3
 """Reference outputs for nabla's image tests, computed by PIL and torchvision (torch 1.13 /
 torchvision 0.14). The C++ tests (tests/data/image_*_test.cpp) call this script and compare.
 
@@ -11,7 +11,9 @@ torchvision 0.14). The C++ tests (tests/data/image_*_test.cpp) call this script 
   image_reference.py transforms JOBS.json
       JOBS.json: {"input": raw HWC uint8 path, "height": H, "width": W, "jobs": [...]} where a
       job is {"kind": "resized_crop", "top", "left", "height", "width", "size", "out"} or
-      {"kind": "resize_center_crop", "resize", "size", "out"}. Each writes torchvision's output
+      {"kind": "resize_center_crop", "resize", "size", "out"}; a job may name its own image with
+      "input", "image_height" and "image_width" (one Python start-up serves many images: it costs
+      seconds). Each writes torchvision's output
       (tensor path, bilinear, antialias=False unless the job says "antialias": true) as raw
       HWC bytes to "out".
   image_reference.py folder ROOT OUT
@@ -24,21 +26,24 @@ import sys
 
 
 def smooth_image(seed, height, width):
-    import torch
-    g = torch.Generator().manual_seed(seed)
-#Low - frequency noise upsampled, plus a gradient : JPEG - friendly, never flat, never all zero.
-    coarse = torch.rand(3, height // 16 + 2, width // 16 + 2, generator=g)
-    img = torch.nn.functional.interpolate(coarse[None], size=(height, width), mode="bicubic",
-                                          align_corners=False)[0]
-    ramp = torch.linspace(0, 1, width)[None, None, :] * 0.3
-    img = (img * 0.7 + ramp).clamp(0.02, 0.98) * 255
-    return img.round().to(torch.uint8).permute(1, 2, 0).contiguous()  # (H, W, 3)
+    # numpy and PIL only: importing torch would triple the time every fixture set takes.
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    # Low-frequency noise upsampled (bicubic, per channel in float), plus a gradient:
+    # JPEG-friendly, never flat, never all zero.
+    coarse = rng.random((height // 16 + 2, width // 16 + 2, 3), dtype=np.float32)
+    img = np.stack([np.asarray(Image.fromarray(coarse[..., c], mode="F").resize((width, height), Image.BICUBIC))
+                    for c in range(3)], axis=-1)
+    ramp = np.linspace(0, 1, width, dtype=np.float32)[None, :, None] * 0.3
+    img = np.clip(img * 0.7 + ramp, 0.02, 0.98) * 255
+    return np.rint(img).astype(np.uint8)  # (H, W, 3)
 
 
 def fixtures(out_dir, seed):
     from PIL import Image
     os.makedirs(out_dir, exist_ok=True)
-    rgb = Image.fromarray(smooth_image(seed, 173, 259).numpy(), "RGB")
+    rgb = Image.fromarray(smooth_image(seed, 173, 259), "RGB")
     made = {
         "rgb.jpg": lambda p: rgb.save(p, quality=90),
         "progressive.jpg": lambda p: rgb.save(p, quality=90, progressive=True),
@@ -63,11 +68,20 @@ def transforms(jobs_path):
     import torchvision.transforms.functional as F
     from torchvision.transforms import InterpolationMode
     spec = json.load(open(jobs_path))
-    raw = open(spec["input"], "rb").read()
-    img = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
-    img = img.reshape(spec["height"], spec["width"], 3).permute(2, 0, 1)  # (3, H, W)
+    images = {}
+
+    def input_of(job):  # the job's own image if it names one, else the file's
+        path = job.get("input", spec.get("input"))
+        height, width = job.get("image_height", spec.get("height")), job.get("image_width", spec.get("width"))
+        if path not in images:
+            raw = open(path, "rb").read()
+            img = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+            images[path] = img.reshape(height, width, 3).permute(2, 0, 1)  # (3, H, W)
+        return images[path]
+
     bilinear = InterpolationMode.BILINEAR
     for job in spec["jobs"]:
+        img = input_of(job)
         if job["kind"] == "resized_crop":
             out = F.resized_crop(img, job["top"], job["left"], job["height"], job["width"],
                                  [job["size"], job["size"]], bilinear,

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,19 +47,86 @@ inline void write_bytes(const std::string& path, const std::vector<uint8_t>& byt
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
-// True when /usr/bin/python3 can import PIL and torchvision (so the references can be made).
+// True when /usr/bin/python3 has PIL and torchvision (so the references can be made). Looks the
+// modules up without importing them: importing torchvision costs ~2 s, in every test process.
 inline bool have_torchvision() {
   static const bool available =
-      std::system("/usr/bin/python3 -c 'import PIL, torchvision' >/dev/null 2>&1") == 0;
+      std::system(
+          "/usr/bin/python3 -c 'import importlib.util as u, sys; "
+          "sys.exit(0 if u.find_spec(\"PIL\") and u.find_spec(\"torchvision\") else 1)' "
+          ">/dev/null 2>&1") == 0;
   return available;
+}
+
+inline std::string image_reference_script() {
+  return (std::filesystem::path(__FILE__).parent_path() / "image_reference.py").string();
+}
+
+// Runs tests/data/image_reference.py with `args`; false (and a test failure) if it does not succeed.
+inline bool run_image_reference_ok(const std::string& args) {
+  std::string command = "/usr/bin/python3 " + image_reference_script() + " " + args;
+  const bool ok = std::system(command.c_str()) == 0;
+  if (!ok) ADD_FAILURE() << "reference script failed: " << command;
+  return ok;
 }
 
 // Runs tests/data/image_reference.py with `args`; fails the test if it does not succeed.
 inline void run_image_reference(const std::string& args) {
-  std::string script = (std::filesystem::path(__FILE__).parent_path() / "image_reference.py").string();
-  std::string command = "/usr/bin/python3 " + script + " " + args;
-  ASSERT_EQ(std::system(command.c_str()), 0) << "reference script failed: " << command;
+  ASSERT_TRUE(run_image_reference_ok(args));
 }
+
+// The build tree's directory for test data made once and shared by test processes, or "" when
+// it is missing and cannot be made (a test binary copied to another machine).
+inline std::string test_cache_dir() {
+#ifdef NABLA_TEST_CACHE_DIR
+  std::error_code error;
+  std::filesystem::create_directories(NABLA_TEST_CACHE_DIR, error);
+  if (!error && ::access(NABLA_TEST_CACHE_DIR, W_OK) == 0) return NABLA_TEST_CACHE_DIR;
+#endif
+  return "";
+}
+
+// The PIL-made files of image_reference.py's "fixtures" mode (rgb.jpg, progressive.jpg, ... and
+// PIL's decode of each, NAME.rgb) for `seed`. CTest runs every test case in its own process, so
+// the fixtures are made once per build under test_cache_dir() and shared, keyed by the seed and
+// the script's content (editing the script makes them again). Without a cache directory they
+// are made in a scratch directory owned by this object.
+class ImageFixtures {
+ public:
+  explicit ImageFixtures(uint64_t seed) {
+    const std::string cache = test_cache_dir();
+    const std::string seed_arg = std::to_string(seed);
+    if (cache.empty()) {
+      scratch_ = std::make_unique<ScratchDir>();
+      dir_ = scratch_->path();
+      run_image_reference_ok("fixtures " + dir_ + " " + seed_arg);
+      return;
+    }
+    std::ifstream script(image_reference_script(), std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(script), std::istreambuf_iterator<char>()};
+    dir_ = cache + "/image_fixtures_" + seed_arg + "_" + std::to_string(std::hash<std::string>{}(text));
+    if (std::filesystem::exists(dir_)) return;
+    // Made in a private directory and renamed into place: a test process running at the same
+    // time sees no directory or a complete one. When two make it, the first rename wins.
+    std::string pattern = cache + "/making_XXXXXX";
+    const std::string making = ::mkdtemp(pattern.data()) ? pattern : "";
+    if (making.empty()) {
+      ADD_FAILURE() << "cannot make a directory under " << cache;
+      return;
+    }
+    std::error_code error;
+    if (run_image_reference_ok("fixtures " + making + " " + seed_arg)) {
+      std::filesystem::rename(making, dir_, error);
+    }
+    std::filesystem::remove_all(making, error);  // left only when the rename lost or failed
+  }
+  std::string operator/(const std::string& name) const { return dir_ + "/" + name; }
+  const std::string& path() const { return dir_; }
+
+ private:
+  std::unique_ptr<ScratchDir> scratch_;
+  std::string dir_;
+};
 
 #define NABLA_REQUIRE_TORCHVISION()                                                                \
   do {                                                                                             \
@@ -85,6 +155,28 @@ inline std::vector<std::vector<uint8_t>> torchvision_outputs(const std::vector<u
   run_image_reference("transforms " + (dir / "jobs.json"));
   for (size_t k = 0; k < jobs.size(); ++k) outputs.push_back(read_bytes(dir / std::to_string(k)));
   return outputs;
+}
+
+// A torchvision job (as above) on its own raw (height, width, 3) image.
+struct TorchvisionJob {
+  std::vector<uint8_t> image;
+  int64_t height = 0, width = 0;
+  std::string spec;
+};
+
+// Runs jobs on several images in one Python process (its start-up, importing torch, costs seconds)
+// and returns each job's output bytes.
+inline std::vector<std::vector<uint8_t>> torchvision_outputs(const std::vector<TorchvisionJob>& jobs) {
+  ScratchDir dir;
+  std::vector<std::string> specs;
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const std::string input = dir / ("input" + std::to_string(k) + ".raw");
+    write_bytes(input, jobs[k].image);
+    specs.push_back(jobs[k].spec + ", \"input\": \"" + input + "\", \"image_height\": " +
+                    std::to_string(jobs[k].height) + ", \"image_width\": " + std::to_string(jobs[k].width));
+  }
+  // The file-level image is unused: every job names its own.
+  return torchvision_outputs({}, 0, 0, specs);
 }
 
 // Largest and mean absolute difference of two byte arrays of the same length.

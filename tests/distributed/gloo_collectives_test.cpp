@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "multiprocess.h"
 #include "nabla/distributed/gloo/process_group_gloo.h"
 #include "test_util.h"
@@ -100,7 +103,13 @@ TEST(GlooFailures, AsyncWorkOverlapsAndCompletesInOrder) {
 TEST(GlooFailures, ADeadRankMakesTheOthersFailWithinTheTimeout) {
   auto results = run_ranks(3, [](int rank, int world, Store& store) {
     ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(3)});
-    if (rank == 2) ::_exit(7);  // dies after connecting, before the collective
+    // Rank 2 dies once every rank has connected (so the others fail in the collective, not while
+    // still connecting to it, whatever the machine's load), and before the collective.
+    store.add("connected", 1);
+    if (rank == 2) {
+      while (store.add("connected", 0) < world) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ::_exit(7);
+    }
     Tensor t = full({1 << 16}, 1.0, {.dtype = kFloat32});
     auto start = std::chrono::steady_clock::now();
     try {

@@ -1,0 +1,83 @@
+#include "nabla_bench/bench_common.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "nabla/core/cuda/memory.h"
+#include "nabla/nabla.h"
+
+namespace nabla::bench {
+
+std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
+  const nn::models::ResNetOptions options{.num_classes = 1000, .checkpoint_segments = checkpoint_segments};
+  if (arch == "resnet18") return nn::models::resnet18(options);
+  if (arch == "resnet34") return nn::models::resnet34(options);
+  if (arch == "resnet50") return nn::models::resnet50(options);
+  if (arch == "resnet101") return nn::models::resnet101(options);
+  if (arch == "resnet152") return nn::models::resnet152(options);
+  throw Error("--arch must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + arch + "'");
+}
+
+double gib(size_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
+
+MemoryFormat memory_format_of(const std::string& layout) {
+  return layout == "channels-last" ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
+DType autocast_dtype_of(const std::string& amp) {
+  return amp == "bf16" ? kBFloat16 : kFloat16;
+}
+
+void apply_memory_fraction(double fraction) {
+  if (fraction <= 0) return;
+  NABLA_CHECK(fraction <= 1, "--memory-fraction must be in (0, 1], got {}", fraction);
+  cuda::set_memory_fraction(fraction);
+}
+
+void with_oom_context(const std::string& what, double fraction, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const Error& e) {
+    // The allocator throws OutOfMemoryError; cuDNN and cuBLAS report theirs as failed calls.
+    const std::string message = e.what();
+    const bool oom = dynamic_cast<const OutOfMemoryError*>(&e) != nullptr ||
+                     message.find("out of memory") != std::string::npos ||
+                     message.find("ALLOC_FAILED") != std::string::npos;
+    if (!oom) throw;
+    const std::string cap = fraction > 0 ? fmt::format("under --memory-fraction {}", fraction)
+                                         : std::string("with no --memory-fraction cap");
+    throw OutOfMemoryError(fmt::format("out of memory in {} {} ({})", what, cap, message));
+  }
+}
+
+void add_torch_flags(CLI::App* cmd, TorchOptions& options) {
+  cmd->add_flag("--compare-pytorch", options.enabled,
+                "Afterwards, run the same measurement in PyTorch (bench/pytorch/nabla_bench_torch.py) and "
+                "print nabla / PyTorch");
+  cmd->add_option("--python", options.python, "Python interpreter with torch for --compare-pytorch")
+      ->capture_default_str();
+  cmd->add_option("--torch-script", options.script,
+                  "Path of nabla_bench_torch.py (default: next to this binary, bench/pytorch/ here, or the "
+                  "source tree)");
+}
+
+void add_memory_fraction_flag(CLI::App* cmd, double& fraction) {
+  cmd->add_option("--memory-fraction", fraction,
+                  "Cap this process's device memory at this fraction of the GPU (0: no cap)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+}
+
+void write_json_rows(const std::string& path, const std::vector<nlohmann::json>& rows) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  NABLA_CHECK(out.good(), "--json: cannot write '{}'", path);
+  out << nlohmann::json(rows).dump(2) << "\n";
+  std::printf("wrote %s\n", path.c_str());
+}
+
+}  // namespace nabla::bench
