@@ -2,9 +2,10 @@
 # Issue 9's memory measurements on the H200, beside ../shared/bench/torch_ckpt.py in the same call:
 # ResNet-50 at batch 256 with gradient checkpointing at 0, 4 and 8 segments, FP32 (NCHW, as
 # torch_ckpt.py's fp32 mode) and AMP fp16 (channels_last, as its amp16 mode).
-# Usage: scripts/gpu/memory-bench.sh BUILD TORCH_CKPT_PY
+# Usage: scripts/gpu/memory-bench.sh BUILD [TORCH_CKPT_PY] (default: bench/pytorch/torch_ckpt_each.py,
+# which goes on past the configuration where PyTorch fails)
 set -uo pipefail
-build=$1 torch_ckpt=$2
+build=$1 torch_ckpt=${2:-$(dirname "$0")/../../bench/pytorch/torch_ckpt_each.py}
 out=${OUT:-/tmp/nabla-gpu}
 mkdir -p "$out"
 [[ -x $build/apps/nabla-bench ]] || tar -C "$build" -xJf "$build/gpu-bundle.tar.xz"
