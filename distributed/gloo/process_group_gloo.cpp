@@ -1,5 +1,7 @@
 #include "nabla/distributed/gloo/process_group_gloo.h"
 
+#include <signal.h>
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -146,10 +148,30 @@ struct ProcessGroupGloo::Impl {
   }
 };
 
+namespace {
+
+// Gloo's TCP transport writes to its peers without MSG_NOSIGNAL, so a peer that died turns the
+// next write into SIGPIPE, whose default action kills this process before Gloo can report the
+// broken connection as an error (CI saw exit status 141). With SIGPIPE ignored the write fails
+// with EPIPE and the collective raises CollectiveError, as a dead rank should. Only the default
+// disposition is replaced: a handler the program installed is left alone.
+void ignore_sigpipe_unless_handled() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
+}  // namespace
+
 ProcessGroupGloo::ProcessGroupGloo(Store& store, int rank, int size, ProcessGroupOptions options)
     : ProcessGroup(rank, size, options), impl_(std::make_unique<Impl>()) {
   NABLA_CHECK(size >= 1 && rank >= 0 && rank < size,
               "ProcessGroupGloo: rank {} and world size {} must satisfy 0 <= rank < size", rank, size);
+  ignore_sigpipe_unless_handled();
   ::gloo::transport::tcp::attr attr;
   if (const char* iface = std::getenv("NABLA_GLOO_IFNAME"); iface && *iface) {
     attr.iface = iface;
