@@ -25,13 +25,19 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
                  "synthetic, or an ImageNet-layout DIR with train/ and val/ class folders of JPEGs")
       ->capture_default_str()
       ->group(data);
-  auto_default(app.add_option("--workers", o.workers, "Loader threads (auto: min(8, cores))")->group(data));
+  auto_default(app.add_option("--workers", o.workers,
+                              "Loader threads (auto: min(8, cores) for GPU runs and JPEG folders; 1 for "
+                              "in-memory data on the CPU)")
+                   ->group(data));
   app.add_option("--prefetch", o.prefetch, "Batches the loader prepares ahead")
       ->capture_default_str()
       ->check(CLI::Range(1, 64))
       ->group(data);
-  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory,
-               "Page-locked batch buffers for GPU uploads (default: on)")
+  // On/off pairs are two flags, so --help shows each plainly instead of CLI11's "{false}" marker.
+  app.add_flag("--pin-memory", o.pin_memory, "Page-locked batch buffers for GPU uploads (the default)")
+      ->group(data);
+  app.add_flag_callback(
+         "--no-pin-memory", [&o] { o.pin_memory = false; }, "Pageable batch buffers")
       ->group(data);
   auto_default(app.add_option("--image-size", o.image_size,
                               "Training crop side in pixels (auto: 28 Fashion-MNIST, 32 CIFAR, 224 ImageNet)")
@@ -88,7 +94,9 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   app.add_option("--momentum", o.momentum, "SGD/LARS momentum (adamw: beta1)")
       ->capture_default_str()
       ->group(opt);
-  app.add_flag("--nesterov,!--no-nesterov", o.nesterov, "Nesterov momentum for sgd and lars (default: on)")
+  app.add_flag("--nesterov", o.nesterov, "Nesterov momentum for sgd and lars (the default)")->group(opt);
+  app.add_flag_callback(
+         "--no-nesterov", [&o] { o.nesterov = false; }, "Plain momentum instead of Nesterov")
       ->group(opt);
   auto_default(app.add_option("--weight-decay", o.weight_decay,
                               "Weight decay (auto: 5e-4 small data sets, 1e-4 ImageNet, 0.05 adamw)")
@@ -195,8 +203,10 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->group(output);
-  app.add_flag("--tensorboard,!--no-tensorboard", o.tensorboard,
-               "TensorBoard event files in --checkpoint-dir (default: on)")
+  app.add_flag("--tensorboard", o.tensorboard, "TensorBoard event files in --checkpoint-dir (the default)")
+      ->group(output);
+  app.add_flag_callback(
+         "--no-tensorboard", [&o] { o.tensorboard = false; }, "No TensorBoard event files")
       ->group(output);
 }
 

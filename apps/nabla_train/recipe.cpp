@@ -239,7 +239,7 @@ Recipe resolve_recipe(const TrainOptions& o) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // In-memory data sets on the CPU need one loader thread at most: the cores are busy training.
   const bool in_memory = r.data_kind != "imagenet";
-  r.workers = o.workers >= 0 ? o.workers : r.device.is_cuda() ? std::min(8, cores) : in_memory ? 1 : cores;
+  r.workers = o.workers >= 0 ? o.workers : (r.device.is_cuda() || !in_memory) ? std::min(8, cores) : 1;
   r.checkpoint_dir = o.checkpoint_dir != "auto" ? o.checkpoint_dir : "runs/" + r.data_kind + "-" + r.arch;
   return r;
 }
