@@ -74,6 +74,24 @@ void Job::setup() {
   open_outputs();
 }
 
+// What the training and validation loaders share: threads, prefetch depth, pinning, the bad-sample
+// policy and the normalization into the model's layout.
+data::DataLoaderOptions Job::loader_options(int64_t batch_size,
+                                            std::shared_ptr<data::Sampler> sampler) const {
+  return data::DataLoaderOptions{
+      .batch_size = batch_size,
+      .num_workers = recipe.workers,
+      .prefetch = options.prefetch,
+      .pin_memory = options.pin_memory && device.is_cuda(),
+      .seed = options.seed,
+      .on_bad_sample = options.on_bad_sample == "skip" ? data::OnBadSample::skip : data::OnBadSample::error,
+      .sampler = std::move(sampler)};
+}
+
+data::NormalizeOptions Job::normalize_options() const {
+  return {.mean = data.mean, .stddev = data.stddev, .dtype = kFloat32, .memory_format = memory_format};
+}
+
 void Job::build_data() {
   data = make_data(options, recipe);
   auto base = std::shared_ptr<data::Sampler>();
@@ -86,8 +104,6 @@ void Job::build_data() {
     base = std::make_shared<data::RandomSampler>(data.train->size(), options.seed);
   }
   train_sampler = std::make_shared<ResumeSampler>(base);
-  const data::NormalizeOptions normalize{
-      .mean = data.mean, .stddev = data.stddev, .dtype = kFloat32, .memory_format = memory_format};
   // Validation: every rank takes its shard (padded to equal sizes: a few samples count twice
   // when the set does not divide by the world size).
   std::shared_ptr<data::Sampler> val_sampler;
@@ -96,34 +112,15 @@ void Job::build_data() {
         data.val->size(),
         data::DistributedSamplerOptions{.rank = rank, .world_size = world_size, .shuffle = false});
   }
-  const bool pin = options.pin_memory && device.is_cuda();
-  const auto on_bad = options.on_bad_sample == "skip" ? data::OnBadSample::skip : data::OnBadSample::error;
   val_batches = std::make_unique<BatchSource>(
-      data.val,
-      data::DataLoaderOptions{.batch_size = std::max<int64_t>(recipe.batch_size, 64),
-                              .num_workers = recipe.workers,
-                              .prefetch = options.prefetch,
-                              .pin_memory = pin,
-                              .on_bad_sample = on_bad,
-                              .sampler = val_sampler},
-      normalize, device);
+      data.val, loader_options(std::max<int64_t>(recipe.batch_size, 64), val_sampler), normalize_options(),
+      device);
 }
 
 void Job::build_train_loader() {
-  const data::NormalizeOptions normalize{
-      .mean = data.mean, .stddev = data.stddev, .dtype = kFloat32, .memory_format = memory_format};
-  const bool pin = options.pin_memory && device.is_cuda();
-  const auto on_bad = options.on_bad_sample == "skip" ? data::OnBadSample::skip : data::OnBadSample::error;
-  train_batches = std::make_unique<BatchSource>(data.train,
-                                                data::DataLoaderOptions{.batch_size = recipe.batch_size,
-                                                                        .drop_last = true,
-                                                                        .num_workers = recipe.workers,
-                                                                        .prefetch = options.prefetch,
-                                                                        .pin_memory = pin,
-                                                                        .seed = options.seed,
-                                                                        .on_bad_sample = on_bad,
-                                                                        .sampler = train_sampler},
-                                                normalize, device);
+  auto loader = loader_options(recipe.batch_size, train_sampler);
+  loader.drop_last = true;
+  train_batches = std::make_unique<BatchSource>(data.train, loader, normalize_options(), device);
 }
 
 void Job::build_model() {

@@ -39,6 +39,8 @@ struct Job {
   void setup();
   void build_data();
   void build_train_loader();
+  data::DataLoaderOptions loader_options(int64_t batch_size, std::shared_ptr<data::Sampler> sampler) const;
+  data::NormalizeOptions normalize_options() const;
   void build_model();
   // --batch-size auto: the largest batch whose training step fits, by trial steps.
   void find_batch_size();
