@@ -12,7 +12,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   struct Slot {
     std::string name;
     Tensor param;
-    Tensor view;  // this parameter's slice of its bucket, shaped like the parameter
+    Tensor view;  // this parameter's slice of its bucket, with the parameter's sizes and strides
     size_t bucket = 0;
     bool ready = false;
   };
@@ -27,8 +27,10 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   DdpOptions options;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
-  // broadcast_buffers: the flat storage of each (dtype, device) group of buffers.
+  // broadcast_buffers: the flat storage of each (dtype, device) group of buffers, and the
+  // broadcasts of the last training forward, still in flight while backward runs.
   std::map<std::pair<int, std::string>, Tensor> buffer_flats;
+  std::vector<std::shared_ptr<Work>> buffer_works;
   bool sync_enabled = true;
   bool in_backward = false;
   size_t next_launch = 0;
@@ -44,6 +46,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   }
 
   // Makes the parameter's .grad its bucket view (a first accumulation creates a fresh tensor).
+  // Under no_sync, where every gradient is adopted as it arrives.
   void adopt_gradient(Slot& slot) {
     const Tensor& grad = slot.param.grad();
     if (grad.defined() && grad.data_ptr() == slot.view.data_ptr()) return;
@@ -56,9 +59,34 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
     slot.param.set_grad(slot.view);
   }
 
+  // The same for a whole bucket just before its allreduce: the fresh gradients move into their
+  // views in one batched copy (copy_many), not one copy per parameter, most of them small. A
+  // parameter with no gradient (find_unused_parameters) takes part as zeros.
+  void adopt_bucket(const Bucket& bucket) {
+    NoGradGuard no_grad;
+    TensorList views, grads;
+    for (size_t i : bucket.slots) {
+      Slot& slot = slots[i];
+      const Tensor& grad = slot.param.grad();
+      if (grad.defined() && grad.data_ptr() == slot.view.data_ptr()) continue;
+      if (!grad.defined()) {
+        adopt_gradient(slot);
+        continue;
+      }
+      views.push_back(slot.view);
+      grads.push_back(grad);
+    }
+    copy_many(views, grads);
+    for (size_t i : bucket.slots) {
+      Slot& slot = slots[i];
+      if (slot.param.grad().data_ptr() != slot.view.data_ptr()) slot.param.set_grad(slot.view);
+    }
+  }
+
   void launch_ready_buckets() {
     while (next_launch < buckets.size() && buckets[next_launch].pending == 0) {
       auto& b = buckets[next_launch++];
+      adopt_bucket(b);
       b.work = group->allreduce(b.flat, ReduceOp::average);
     }
   }
@@ -71,11 +99,22 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
       });
     }
     Slot& slot = slots[index];
-    adopt_gradient(slot);
-    if (!sync_enabled || slot.ready) return;
+    if (!sync_enabled) {
+      adopt_gradient(slot);  // accumulate in the bucket, for the backward that syncs
+      return;
+    }
+    // The fresh gradient stays the .grad until its bucket is full (adopt_bucket). A second
+    // accumulation in the same backward adds into it, or into the view once the bucket is out.
+    if (slot.ready) return;
     slot.ready = true;
     --buckets[slot.bucket].pending;
     launch_ready_buckets();
+  }
+
+  // Orders the caller's stream after the buffer broadcasts of the last training forward.
+  void wait_buffers() {
+    for (auto& w : buffer_works) w->wait();
+    buffer_works.clear();
   }
 
   void finish_backward() {
@@ -90,7 +129,6 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
       }
       // Its slot takes part as zeros (or as what no_sync passes accumulated), so ranks that did
       // use the parameter still average over the whole world.
-      adopt_gradient(s);
       s.ready = true;
       --buckets[s.bucket].pending;
     }
@@ -109,6 +147,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
     for (auto& b : buckets) {
       if (b.work) b.work->wait();
     }
+    wait_buffers();
   }
 };
 
@@ -165,8 +204,14 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
     int64_t offset = 0;
     for (size_t i : members) {
       const auto& [name, p] = trainable[i];
-      State::Slot slot{name, p, bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()),
-                       state_->buckets.size(), false};
+      // The view takes the parameter's own strides (a channels_last weight gets a channels_last
+      // gradient), so the gradient backward produces is copied in without a permute and the
+      // optimizer's fused kernels, which need gradient and parameter in one layout, still apply.
+      Tensor segment = bucket.flat.narrow(0, offset, p.numel());
+      Tensor view = is_non_overlapping_and_dense(p.sizes(), p.strides())
+                        ? segment.as_strided(p.sizes(), p.strides())
+                        : segment.view(p.sizes());
+      State::Slot slot{name, p, view, state_->buckets.size(), false};
       offset += p.numel();
       bucket.slots.push_back(state_->slots.size());
       state_->slots.push_back(std::move(slot));
@@ -185,8 +230,14 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 Tensor DistributedDataParallel::operator()(const Tensor& x) {
-  if (state_->options.broadcast_buffers && module_.is_training() && group_.size() > 1) broadcast_buffers();
-  return module_.forward(x);
+  state_->wait_buffers();  // a forward with no backward after it left its broadcast in flight
+  Tensor out = module_.forward(x);
+  // This forward's statistics go out now, on the communication stream, while backward (which
+  // reads none of them) runs; the end of backward waits for them.
+  if (state_->options.broadcast_buffers && module_.is_training() && group_.size() > 1) {
+    state_->buffer_works = start_buffer_broadcast();
+  }
+  return out;
 }
 
 namespace {
@@ -210,6 +261,11 @@ void adopt_into(Tensor& flat, const std::vector<Tensor>& buffers) {
 }  // namespace
 
 void DistributedDataParallel::broadcast_buffers() {
+  state_->wait_buffers();
+  for (auto& work : start_buffer_broadcast()) work->wait();
+}
+
+std::vector<std::shared_ptr<Work>> DistributedDataParallel::start_buffer_broadcast() {
   NoGradGuard no_grad;
   // One flat tensor per (dtype, device) whose slices are the buffers themselves (adopt_into):
   // a single collective per dtype and nothing to copy. If the module replaced a buffer since
@@ -219,6 +275,7 @@ void DistributedDataParallel::broadcast_buffers() {
     if (b.defined() && b.numel() > 0) groups[{static_cast<int>(b.dtype()), b.device().str()}].push_back(b);
   }
   auto& flats = state_->buffer_flats;
+  std::vector<std::shared_ptr<Work>> works;
   for (auto& [key, buffers] : groups) {
     Tensor& flat = flats[key];
     int64_t total = 0;
@@ -231,8 +288,9 @@ void DistributedDataParallel::broadcast_buffers() {
       flat = Tensor::empty({total}, {.dtype = buffers.front().dtype(), .device = buffers.front().device()});
       adopt_into(flat, buffers);
     }
-    group_.broadcast(flat, 0)->wait();
+    works.push_back(group_.broadcast(flat, 0));
   }
+  return works;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
@@ -255,10 +313,10 @@ DistributedDataParallel::NoSync::~NoSync() {
 
 std::function<void(Tensor&)> agree_found_inf(ProcessGroup& group) {
   return [&group](Tensor& flag) {
-    // NaN != 0 is true, so a NaN flag counts as found; max over ranks is then "any rank".
-    Tensor found = ne(flag, 0.0).to(kFloat32);
-    group.allreduce(found, ReduceOp::max)->wait();
-    flag.copy_(found);
+    // Flags are 0 (clean), positive (found) or NaN (found, by the scaler's fallback path): their
+    // sum over ranks is 0 exactly when no rank found one, and NaN propagates. One collective on
+    // the flag itself, no kernels around it.
+    group.allreduce(flag, ReduceOp::sum)->wait();
   };
 }
 

@@ -7,12 +7,14 @@
 //
 // How: gradients live in flat buckets (about 25 MB; the first, which backward fills first, is
 // small so communication starts early), filled in reverse registration order, which is roughly
-// the order backward produces them. Each parameter's .grad is a view into its bucket, so nothing
-// is copied in or out. A post-accumulate hook marks a parameter ready; a full bucket is
-// allreduced at once (in bucket order, the same on every rank), overlapping the rest of
-// backward. At the end of backward the remaining buckets go out and every bucket's work is
-// waited for (on CUDA that orders the compute stream after the NCCL stream; the host does not
-// wait).
+// the order backward produces them. Each parameter's .grad becomes a view into its bucket, with
+// the parameter's own strides (so channels_last stays channels_last and the fused optimizers
+// apply), and nothing is copied out. A post-accumulate hook marks a parameter ready; a full
+// bucket moves its fresh gradients into their views in one batched copy and is allreduced at
+// once (in bucket order, the same on every rank), overlapping the rest of backward. At the end
+// of backward the remaining buckets go out and every bucket's work is waited for (on CUDA that
+// orders the compute stream after the NCCL stream; the host does not wait). When .grad is
+// already the view (zero_grad(false), or accumulation under no_sync) nothing is copied at all.
 #pragma once
 
 #include <functional>
@@ -31,9 +33,10 @@ struct DdpOptions {
   // Allow parameters that get no gradient in a backward pass (their bucket slots count as zero).
   // Without it such a parameter is an error naming it: usually a bug in the model.
   bool find_unused_parameters = false;
-  // Copy rank 0's buffers (BatchNorm running statistics) to every rank before each training
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank after each training
   // forward, so evaluation sees the same statistics everywhere. One coalesced broadcast per
-  // dtype; turn off for models without buffers that matter.
+  // dtype, which runs while backward does (backward reads no buffers) and is waited for at its
+  // end, or by the next forward. Turn off for models without buffers that matter.
   bool broadcast_buffers = true;
 };
 
@@ -63,7 +66,7 @@ class DistributedDataParallel {
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
 
-  // Copies rank 0's buffers (BatchNorm running statistics) to every rank.
+  // Copies rank 0's buffers (BatchNorm running statistics) to every rank, now.
   void broadcast_buffers();
 
   // The parameter names of each bucket, in launch order (for tests and logs).
@@ -72,6 +75,9 @@ class DistributedDataParallel {
   struct State;
 
  private:
+  // Launches the broadcast of every buffer group from rank 0 and returns its work.
+  std::vector<std::shared_ptr<Work>> start_buffer_broadcast();
+
   nn::Module& module_;
   ProcessGroup& group_;
   std::shared_ptr<State> state_;  // hooks hold it weakly, so they outlive us harmlessly

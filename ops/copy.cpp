@@ -12,6 +12,7 @@
 #include "nabla/ops/copy.h"
 
 #include <atomic>
+#include <map>
 
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
@@ -129,6 +130,29 @@ Tensor& copy_(Tensor& dst, const Tensor& src) {
                      });
   }
   return dst;
+}
+
+void copy_many(const TensorList& dsts, const TensorList& srcs) {
+  NABLA_CHECK(dsts.size() == srcs.size(), "copy_many: {} destinations but {} sources", dsts.size(),
+              srcs.size());
+  std::map<int, std::vector<ops::cuda::ByteCopy>> batched;  // by device
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    Tensor dst = dsts[i];
+    const Tensor& src = srcs[i];
+    ops::check_defined("copy_many", dst, "dst");
+    ops::check_defined("copy_many", src, "src");
+    NABLA_CHECK(!dst.requires_grad(),
+                "copy_many: destination {} requires grad; copy_many records no autograd", i);
+    if (dst.is_cuda() && src.device() == dst.device() && same_dense_layout(dst, src)) {
+      if (dst.numel() > 0)
+        batched[dst.device().index].push_back({dst.data_ptr(), src.data_ptr(), dst.nbytes()});
+      dst.bump_version();
+      continue;
+    }
+    NoGradGuard no_grad;
+    copy_(dst, src);
+  }
+  for (const auto& [device, copies] : batched) ops::cuda::copy_bytes_many(copies, device);
 }
 
 Tensor to(const Tensor& x, Device device, DType dtype) {

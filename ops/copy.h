@@ -10,6 +10,11 @@ Tensor to(const Tensor& x, Device device, DType dtype);
 Tensor clone(const Tensor& x, MemoryFormat format = MemoryFormat::Preserve);
 // Copies src (broadcast to dst's shape, converted to dst's dtype, from any device) into dst.
 Tensor& copy_(Tensor& dst, const Tensor& src);
+// dsts[i].copy_(srcs[i]) for each i, without autograd (for gradient and state buffers; no dst may
+// require grad). On CUDA the pairs of one dtype and one dense layout (equal sizes and strides) on
+// one device go in a single kernel launch, not one copy each: many small copies cost their
+// launches, not their bytes. The others are copied one by one.
+void copy_many(const TensorList& dsts, const TensorList& srcs);
 
 namespace debug {
 

@@ -36,6 +36,7 @@
 #include "nabla/nabla.h"
 #include "nabla_bench/bench_common.h"
 #include "nabla_bench/commands.h"
+#include "nabla_bench/phase_timer.h"
 #include "nabla_bench/table.h"
 #include "nabla_bench/torch_compare.h"
 
@@ -52,7 +53,9 @@ struct TrainBenchOptions {
   int warmup = 15;
   int nproc_per_node = 1;
   double bucket_mb = 25;
-  std::string data_dir;  // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
+  bool ddp = false;
+  bool phase_times = false;  // wrap in DDP even on one GPU (DDP's own cost, as torch_ddp.py's world 1)
+  std::string data_dir;      // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   double memory_fraction = 0;
@@ -133,16 +136,21 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
     worst_wait = std::max(worst_wait, batch->wait_seconds);
   };
   Tensor loss;
+  std::unique_ptr<PhaseTimer> timer;  // --phase-times, over the timed steps only
   auto step = [&] {
+    if (timer) timer->begin_step();
     next_batch();
     opt.zero_grad();
     {
       amp::Autocast autocast(device, low, autocast_on);
       loss = cross_entropy(ddp ? (*ddp)(x) : model->forward(x), y);
     }
+    if (timer) timer->mark();
     scaler.scale(loss).backward();
+    if (timer) timer->mark();
     scaler.step(opt);
     scaler.update();
+    if (timer) timer->mark();
   };
 
   for (int i = 0; i < o.warmup; ++i) step();
@@ -151,9 +159,17 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   // Peaks count from here: the timed steps' own, as nabla_bench_torch.py counts them.
   cuda::reset_peak_memory_stats();
   data_wait = worst_wait = 0;
+  if (o.phase_times)
+    timer = std::make_unique<PhaseTimer>(std::vector<std::string>{"forward", "backward", "optimizer"},
+                                         o.steps, env.local_rank);
+  const auto counts_before = cuda::allocator_counts(env.local_rank);
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
   cuda::synchronize();
+  // The timed steps should take all their memory from the cache: a device allocation per step
+  // would be a hidden cost (and a synchronization point).
+  const auto counts_after = cuda::allocator_counts(env.local_rank);
+  const auto device_allocations = counts_after.device_allocations - counts_before.device_allocations;
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   // The slowest rank sets the pace of a synchronous job.
@@ -169,15 +185,20 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   const double peak_reserved = gib(cuda::max_memory_reserved());
   const double wait_share = data_wait / seconds;
   const double final_loss = loss.item<double>();
+  // Every rank's phases: a rank slower than the others sets the pace of all.
+  if (timer) {
+    std::printf("rank %d %s; %llu device allocations in the timed steps\n", env.rank, timer->report().c_str(),
+                static_cast<unsigned long long>(device_allocations));
+  }
   if (env.rank == 0) {
     const std::string input =
         o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
     std::printf(
-        "%s train: world %d, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
+        "%s train: world %d%s, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
         "peak %.2f GiB allocated / %.2f GiB reserved (rank 0), loss %.4f\n",
-        o.arch.c_str(), world, static_cast<long long>(o.batch_size), config.amp.c_str(),
-        channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc, peak_reserved,
-        final_loss);
+        o.arch.c_str(), world, dist.group ? " (DDP)" : "", static_cast<long long>(o.batch_size),
+        config.amp.c_str(), channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc,
+        peak_reserved, final_loss);
     if (prefetcher) {
       std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
                   data_wait * 1000 / o.steps, worst_wait * 1000, 100 * wait_share);
@@ -200,6 +221,9 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"peak_reserved_GiB", peak_reserved},
           {"loss", final_loss},
           {"bucket_mb", o.bucket_mb},
+          {"ddp", dist.group != nullptr},
+          {"device_allocations_timed", device_allocations},
+          {"phases", timer ? timer->summary() : nlohmann::json()},
           {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
           {"workers", o.workers},
           {"data_wait_share", prefetcher ? wait_share : 0.0},
@@ -282,6 +306,11 @@ void run_train(const TrainBenchOptions& o) {
         std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
                                                 distributed::TcpStoreOptions{.is_server = env.rank == 0});
     dist.group = std::make_unique<distributed::ProcessGroupNccl>(*dist.store, env.rank, env.world_size);
+  } else if (o.ddp) {
+    // One rank: a private store on a free local port, and a communicator of one.
+    dist.store = std::make_unique<distributed::TcpStore>("127.0.0.1", uint16_t{0},
+                                                         distributed::TcpStoreOptions{.is_server = true});
+    dist.group = std::make_unique<distributed::ProcessGroupNccl>(*dist.store, 0, 1);
   }
   set_cudnn_benchmark(true);
 
@@ -345,6 +374,13 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
                   "GPUs: start this many ranks through nabla-run (DDP)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  cmd->add_flag(
+      "--ddp", o->ddp,
+      "Wrap the model in DDP over NCCL even on one GPU, to measure DDP's own cost (as torch_ddp.py's "
+      "world 1)");
+  cmd->add_flag("--phase-times", o->phase_times,
+                "Also report the device and host time of each step's forward, backward and optimizer "
+                "phases (CUDA events; no added synchronization)");
   cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size in MB")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -36,6 +36,7 @@
 // skip the algorithm search. TF32 follows the convolution switch. float64 never runs NHWC.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -47,6 +48,7 @@
 #include "nabla/core/cuda/check.h"
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/memory.h"
+#include "nabla/core/logging.h"
 #include "nabla/ops/cuda/conv_descriptors.h"
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/cuda/kernels.h"
@@ -279,7 +281,8 @@ Choice choose_by_heuristics(Problem& p, const CudnnSettings& s, Tensor& workspac
 
 // Benchmark mode: time every algorithm on the real buffers and keep the fastest usable one.
 template <Direction D>
-Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace, const char* op) {
+Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace, const char* op,
+                           const Key& key) {
   using A = Algos<D>;
   p.conv.set_math(p.default_math);
   size_t budget = 0;
@@ -309,6 +312,11 @@ Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace
     size_t bytes = 0;
     if (A::workspace(p, perfs[i].algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
     workspace = allocate_workspace(bytes, p.device);
+    // NABLA_LOG_LEVEL=debug: what each search chose, to compare runs whose speeds differ.
+    NABLA_LOG_DEBUG(
+        "{} {} (cuDNN benchmark): algorithm {} in {:.4f} ms, math {}, workspace {} bytes; {} timed", op,
+        fmt::join(key, ","), static_cast<int>(perfs[i].algo), perfs[i].time,
+        static_cast<int>(perfs[i].mathType), bytes, n);
     return {static_cast<int>(perfs[i].algo), p.fp32_without_tf32 ? CUDNN_FMA_MATH : perfs[i].mathType, bytes};
   }
   no_algorithm(op, p, s);
@@ -330,7 +338,7 @@ void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op
     workspace = allocate_workspace(choice->workspace_bytes, p.device);
   } else {
     // Two threads may both search the same problem; they store the same kind of answer.
-    choice = s.benchmark ? choose_by_benchmark<D>(p, s, workspace, op)
+    choice = s.benchmark ? choose_by_benchmark<D>(p, s, workspace, op, key)
                          : choose_by_heuristics<D>(p, s, workspace, op);
     auto& cache = algo_cache();
     std::lock_guard lock(cache.mutex);

@@ -4,6 +4,8 @@
 // never synchronize.
 #pragma once
 
+#include <vector>
+
 #include "nabla/core/generator.h"
 #include "nabla/core/tensor.h"
 #include "nabla/ops/op_kinds.h"
@@ -21,5 +23,14 @@ void bernoulli(const Tensor& out, PhiloxState state, double p);
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams params);
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+
+// One device-to-device copy of copy_bytes_many.
+struct ByteCopy {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+// All the copies (on one device, none overlapping another) in one kernel launch per 120.
+void copy_bytes_many(const std::vector<ByteCopy>& copies, int device);
 
 }  // namespace nabla::ops::cuda

@@ -2,6 +2,9 @@
 // layout (source and destination strided, channels_last, broadcast, unaligned), large casts,
 // copies across devices in both directions into dense and strided destinations, fill/zero and
 // full/zeros/ones, arange and linspace. Conversions are deterministic, so results are exact.
+#include <map>
+#include <random>
+
 #include "parity_util.h"
 
 namespace nabla {
@@ -195,6 +198,62 @@ TEST(CudaParityCopy, ArangeAndLinspaceMatchTheCpuExactly) {
   EXPECT_TRUE(matches_cpu(arange(0.5, 1e6, 0.999, cuda), arange(0.5, 1e6, 0.999), kExact));
   // The last linspace value is `end` exactly.
   EXPECT_EQ(linspace(0.0, 0.3, 7, cuda).cpu().to_vector<float>().back(), 0.3f);
+}
+
+}  // namespace
+}  // namespace nabla
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+// copy_many against one CPU copy_ per pair: 300 pairs of mixed dtypes and sizes (from one
+// element up, so byte, 4-byte and 16-byte words all occur; over 120, so one batch is split),
+// written into views at scattered offsets of one buffer per dtype. The whole buffers are
+// compared, so a copy that spills past its view fails too. Channels_last pairs go in the batch;
+// a layout change and a dtype change take the one-by-one path.
+TEST(CudaCopyMany, MatchesOneCopyPerPairAndTouchesNothingElse) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  std::mt19937_64 rng(seed);
+  const std::vector<DType> dtypes = {kFloat32, kFloat16, kUInt8, kInt64};
+  std::map<DType, Tensor> cpu_buffers, cuda_buffers;
+  std::map<DType, int64_t> used;
+  for (DType d : dtypes) {
+    cpu_buffers[d] = random_values({300000}, ++seed, d);
+    cuda_buffers[d] = to_cuda(cpu_buffers[d]);
+    used[d] = 0;
+  }
+  TensorList cuda_dsts, cuda_srcs, cpu_dsts, cpu_srcs;
+  auto add = [&](DType d, const Shape& sizes, const Shape& dst_strides, const Tensor& cpu_src) {
+    const int64_t offset = used[d] + static_cast<int64_t>(rng() % 7);  // odd gaps: odd addresses
+    used[d] = offset + numel_of(sizes);
+    ASSERT_LE(used[d], 300000) << "the test's buffer is too small";
+    cpu_dsts.push_back(cpu_buffers[d].as_strided(sizes, dst_strides, offset));
+    cuda_dsts.push_back(cuda_buffers[d].as_strided(sizes, dst_strides, offset));
+    cpu_srcs.push_back(cpu_src);
+    cuda_srcs.push_back(
+        cpu_src.to(Device::cuda(), cpu_src.dtype()).contiguous(cpu_src.suggest_memory_format()));
+  };
+  for (int i = 0; i < 300; ++i) {
+    DType d = dtypes[rng() % dtypes.size()];
+    int64_t n = i % 10 == 0 ? 1 + static_cast<int64_t>(rng() % 20000) : 1 + static_cast<int64_t>(rng() % 300);
+    add(d, {n}, {1}, random_values({n}, ++seed, d));
+  }
+  const Shape cl_sizes = {3, 5, 2, 4};
+  const Shape cl_strides = {40, 1, 20, 5};
+  Tensor cl_src = random_values(cl_sizes, ++seed, kFloat32).contiguous(MemoryFormat::ChannelsLast);
+  add(kFloat32, cl_sizes, cl_strides, cl_src);                                     // batched
+  add(kFloat32, cl_sizes, cl_strides, random_values(cl_sizes, ++seed, kFloat32));  // NCHW into NHWC
+  add(kFloat32, {77}, {1}, random_values({77}, ++seed, kFloat16));                 // a cast
+  ASSERT_EQ(cuda_dsts.size(), 303u);
+
+  copy_many(cuda_dsts, cuda_srcs);
+  for (size_t i = 0; i < cpu_dsts.size(); ++i) cpu_dsts[i].copy_(cpu_srcs[i]);
+  for (DType d : dtypes) {
+    EXPECT_TRUE(matches_cpu(cuda_buffers[d], cpu_buffers[d], kExact)) << dtype_name(d);
+  }
 }
 
 }  // namespace

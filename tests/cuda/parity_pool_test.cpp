@@ -26,6 +26,13 @@ std::vector<PoolCase> pool_cases() {
          return max_pool2d(
              t, {.kernel = {3, 2}, .stride = {2, 1}, .padding = 1, .dilation = 2, .ceil_mode = true});
        }},
+      // 16 channels: in NHWC the CUDA kernels take them 8 to a thread.
+      {"max dilation ceil_mode, 16 channels",
+       {2, 16, 11, 10},
+       [](const Tensor& t) {
+         return max_pool2d(
+             t, {.kernel = {3, 2}, .stride = {2, 1}, .padding = 1, .dilation = 2, .ceil_mode = true});
+       }},
       {"avg 2x2", {2, 3, 8, 6}, [](const Tensor& t) { return avg_pool2d(t, {.kernel = 2}); }},
       {"avg 3x3/2 pad 1 ceil_mode",
        {2, 3, 8, 7},
@@ -79,12 +86,14 @@ TEST(CudaParityPool, MaxIndicesAreTheCpuIndices) {
   uint64_t seed = test_seed();
   for (DType dtype : kFloatDTypes) {  // 16-bit values tie often: the first of equal values wins on both
     for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-      const Tensor x = random_values({3, 5, 10, 9}, ++seed, dtype).contiguous(format);
-      const MaxPool2dOptions o{.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true};
-      auto [y, indices] = max_pool2d_with_indices(x, o);
-      auto [yd, indices_d] = max_pool2d_with_indices(to_cuda(x), o);
-      EXPECT_TRUE(matches_cpu(yd, y, Tolerance{0, 0})) << dtype_name(dtype);
-      EXPECT_TRUE(matches_cpu(indices_d, indices)) << dtype_name(dtype);
+      for (int64_t channels : {5, 24}) {  // 24: eight channels to a thread in NHWC
+        const Tensor x = random_values({3, channels, 10, 9}, ++seed, dtype).contiguous(format);
+        const MaxPool2dOptions o{.kernel = 3, .stride = 2, .padding = 1, .ceil_mode = true};
+        auto [y, indices] = max_pool2d_with_indices(x, o);
+        auto [yd, indices_d] = max_pool2d_with_indices(to_cuda(x), o);
+        EXPECT_TRUE(matches_cpu(yd, y, Tolerance{0, 0})) << dtype_name(dtype);
+        EXPECT_TRUE(matches_cpu(indices_d, indices)) << dtype_name(dtype);
+      }
     }
   }
 }

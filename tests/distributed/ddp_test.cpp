@@ -174,27 +174,73 @@ struct SmallBnNet : nn::Module {
   Tensor forward(const Tensor& x) override { return fc(relu(bn(conv(x))).mean({2, 3})); }
 };
 
+// Each training forward's statistics reach every rank from rank 0 by the end of its backward
+// (the broadcast overlaps backward), in the module's own tensors.
 TEST(Ddp, BufferBroadcastSyncsBatchNormStatisticsInPlace) {
   auto results = run_ranks(2, [](int rank, int world, Store& store) {
     ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
     SmallBnNet model;
     DistributedDataParallel ddp(model, group);
+    SmallBnNet local;  // the same forward without DDP: this rank's own statistics
     for (int step = 0; step < 3; ++step) {
+      local.load_state_dict(model.state_dict());
       // Different data per rank: each forward moves the running statistics apart.
       Tensor x = nabla::testing::random_input({4, 2, 5, 5}, 100 * step + rank, kFloat32);
       ddp(x).sum().backward();
-      Tensor mine = model.bn.running_mean.clone();
-      ddp.broadcast_buffers();
-      // The module's own tensors now hold rank 0's values (they were re-pointed, not copied once).
+      local(x);
       Tensor both = Tensor::empty({8}, {.dtype = kFloat32});
-      group.allgather(both, mine)->wait();
-      Tensor expected = both.slice(0, 0, 4);
-      RANK_CHECK(nabla::testing::all_close(model.bn.running_mean, expected, 0, 0), "step {}: not rank 0's",
+      group.allgather(both, local.bn.running_mean)->wait();
+      Tensor rank0 = both.slice(0, 0, 4);
+      // The module's own tensors hold rank 0's values (they were re-pointed, not copied once).
+      RANK_CHECK(nabla::testing::all_close(model.bn.running_mean, rank0, 0, 0), "step {}: not rank 0's",
                  step);
       if (step == 0 && rank == 1) {
-        RANK_CHECK(!nabla::testing::all_close(mine, expected, 1e-6, 0),
+        RANK_CHECK(!nabla::testing::all_close(local.bn.running_mean, rank0, 1e-6, 0),
                    "the ranks' statistics never differed");
       }
+      ddp.broadcast_buffers();  // the explicit call agrees
+      RANK_CHECK(nabla::testing::all_close(model.bn.running_mean, rank0, 0, 0), "step {}: changed", step);
+    }
+  });
+  expect_all_succeeded(results);
+}
+
+struct SmallConvNet : nn::Module {
+  nn::Conv2d conv{{.in = 3, .out = 4, .kernel = 3, .padding = 1}};
+  nn::Linear fc{{.in = 4, .out = 2}};
+  SmallConvNet() { register_modules({{"conv", conv}, {"fc", fc}}); }
+  Tensor forward(const Tensor& x) override { return fc(tanh(conv(x)).mean({2, 3})); }
+};
+
+// A channels_last weight's bucket view is channels_last too: the gradient lands without a
+// permute, and the fused optimizers (which need gradient and parameter in one layout) apply.
+TEST(Ddp, ChannelsLastParametersGetChannelsLastGradientViews) {
+  const uint64_t seed = nabla::testing::test_seed();
+  auto results = run_ranks(2, [seed](int rank, int world, Store& store) {
+    ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
+    manual_seed(seed + rank);
+    SmallConvNet model;
+    model.to(kFloat64);
+    model.to(MemoryFormat::ChannelsLast);
+    RANK_CHECK(
+        model.conv.weight.is_contiguous(MemoryFormat::ChannelsLast) && !model.conv.weight.is_contiguous(),
+        "the weight is not channels_last to begin with");
+    DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0.0002, .first_bucket_cap_mb = 0.0001});
+    SmallConvNet reference;
+    reference.to(kFloat64);
+    reference.load_state_dict(model.state_dict());
+    Tensor x = nabla::testing::random_input({2 * world, 3, 5, 5}, seed, kFloat64);
+    Tensor y = nabla::testing::random_input({2 * world, 2}, seed + 1, kFloat64);
+    for (int step = 0; step < 2; ++step) {  // set_to_none, then zeroed in place
+      model.zero_grad(step == 0);
+      reference.zero_grad(step == 0);
+      Tensor part = x.slice(0, 2 * rank, 2 * rank + 2).contiguous(MemoryFormat::ChannelsLast);
+      mse(ddp(part), y.slice(0, 2 * rank, 2 * rank + 2)).backward();
+      mse(reference(x), y).backward();
+      expect_same_grads(model, reference);
+      const Tensor& g = model.conv.weight.grad();
+      RANK_CHECK(g.strides() == model.conv.weight.strides(), "step {}: gradient strides {} vs weight {}",
+                 step, shape_str(g.strides()), shape_str(model.conv.weight.strides()));
     }
   });
   expect_all_succeeded(results);

@@ -18,6 +18,9 @@ void fill(const Tensor&, double) {
 void copy(const Tensor&, const Tensor&) {
   built_without_cuda("cuda::copy");
 }
+void copy_bytes_many(const std::vector<ByteCopy>&, int) {
+  built_without_cuda("cuda::copy_bytes_many");
+}
 void arange(const Tensor&, double, double) {
   built_without_cuda("cuda::arange");
 }
