@@ -27,10 +27,9 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
   DdpOptions options;
   std::vector<Slot> slots;
   std::vector<Bucket> buckets;
-  // broadcast_buffers: the flat storage of each (dtype, device) group of buffers, and the
-  // broadcasts of the last training forward, still in flight while backward runs.
+  nn::Module* module = nullptr;
+  // broadcast_buffers: the flat storage of each (dtype, device) group of buffers.
   std::map<std::pair<int, std::string>, Tensor> buffer_flats;
-  std::vector<std::shared_ptr<Work>> buffer_works;
   bool sync_enabled = true;
   bool in_backward = false;
   size_t next_launch = 0;
@@ -111,11 +110,9 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
     launch_ready_buckets();
   }
 
-  // Orders the caller's stream after the buffer broadcasts of the last training forward.
-  void wait_buffers() {
-    for (auto& w : buffer_works) w->wait();
-    buffer_works.clear();
-  }
+  // Launches the broadcast of every buffer group from rank 0 (one collective per dtype and
+  // device) and returns the work.
+  std::vector<std::shared_ptr<Work>> start_buffer_broadcast();
 
   void finish_backward() {
     in_backward = false;
@@ -144,10 +141,15 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
                       names));
     }
     launch_ready_buckets();
+    // Rank 0's running statistics go out behind the last bucket. After the whole backward, not
+    // after the forward: a checkpointed segment's recompute updates them again during backward.
+    std::vector<std::shared_ptr<Work>> works;
+    if (options.broadcast_buffers && module->is_training() && group->size() > 1)
+      works = start_buffer_broadcast();
     for (auto& b : buckets) {
       if (b.work) b.work->wait();
     }
-    wait_buffers();
+    for (auto& w : works) w->wait();
   }
 };
 
@@ -157,6 +159,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
               "DistributedDataParallel: bucket sizes must be positive, got {} MB and first {} MB",
               options.bucket_cap_mb, options.first_bucket_cap_mb);
   state_->group = &group;
+  state_->module = &module;
   state_->options = options;
 
   // Everyone starts from rank 0's weights and buffers.
@@ -230,14 +233,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGrou
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 Tensor DistributedDataParallel::operator()(const Tensor& x) {
-  state_->wait_buffers();  // a forward with no backward after it left its broadcast in flight
-  Tensor out = module_.forward(x);
-  // This forward's statistics go out now, on the communication stream, while backward (which
-  // reads none of them) runs; the end of backward waits for them.
-  if (state_->options.broadcast_buffers && module_.is_training() && group_.size() > 1) {
-    state_->buffer_works = start_buffer_broadcast();
-  }
-  return out;
+  return module_.forward(x);
 }
 
 namespace {
@@ -261,20 +257,19 @@ void adopt_into(Tensor& flat, const std::vector<Tensor>& buffers) {
 }  // namespace
 
 void DistributedDataParallel::broadcast_buffers() {
-  state_->wait_buffers();
-  for (auto& work : start_buffer_broadcast()) work->wait();
+  for (auto& work : state_->start_buffer_broadcast()) work->wait();
 }
 
-std::vector<std::shared_ptr<Work>> DistributedDataParallel::start_buffer_broadcast() {
+std::vector<std::shared_ptr<Work>> DistributedDataParallel::State::start_buffer_broadcast() {
   NoGradGuard no_grad;
   // One flat tensor per (dtype, device) whose slices are the buffers themselves (adopt_into):
   // a single collective per dtype and nothing to copy. If the module replaced a buffer since
   // (module.to(...)), the group is adopted again.
   std::map<std::pair<int, std::string>, std::vector<Tensor>> groups;
-  for (auto& [name, b] : module_.named_buffers()) {
+  for (auto& [name, b] : module->named_buffers()) {
     if (b.defined() && b.numel() > 0) groups[{static_cast<int>(b.dtype()), b.device().str()}].push_back(b);
   }
-  auto& flats = state_->buffer_flats;
+  auto& flats = buffer_flats;
   std::vector<std::shared_ptr<Work>> works;
   for (auto& [key, buffers] : groups) {
     Tensor& flat = flats[key];
@@ -288,7 +283,7 @@ std::vector<std::shared_ptr<Work>> DistributedDataParallel::start_buffer_broadca
       flat = Tensor::empty({total}, {.dtype = buffers.front().dtype(), .device = buffers.front().device()});
       adopt_into(flat, buffers);
     }
-    works.push_back(group_.broadcast(flat, 0));
+    works.push_back(group->broadcast(flat, 0));
   }
   return works;
 }

@@ -33,10 +33,11 @@ struct DdpOptions {
   // Allow parameters that get no gradient in a backward pass (their bucket slots count as zero).
   // Without it such a parameter is an error naming it: usually a bug in the model.
   bool find_unused_parameters = false;
-  // Copy rank 0's buffers (BatchNorm running statistics) to every rank after each training
-  // forward, so evaluation sees the same statistics everywhere. One coalesced broadcast per
-  // dtype, which runs while backward does (backward reads no buffers) and is waited for at its
-  // end, or by the next forward. Turn off for models without buffers that matter.
+  // Copy rank 0's buffers (BatchNorm running statistics) to every rank at the end of each
+  // training backward, so every rank ends the step with the same statistics and evaluation sees
+  // them everywhere. One coalesced broadcast per dtype, queued behind the last gradient bucket.
+  // It goes after the whole backward because a checkpointed segment's recompute updates the
+  // statistics again there. Turn off for models without buffers that matter.
   bool broadcast_buffers = true;
 };
 
@@ -75,9 +76,6 @@ class DistributedDataParallel {
   struct State;
 
  private:
-  // Launches the broadcast of every buffer group from rank 0 and returns its work.
-  std::vector<std::shared_ptr<Work>> start_buffer_broadcast();
-
   nn::Module& module_;
   ProcessGroup& group_;
   std::shared_ptr<State> state_;  // hooks hold it weakly, so they outlive us harmlessly

@@ -8,6 +8,7 @@
 #include "multiprocess.h"
 #include "nabla/distributed/ddp.h"
 #include "nabla/distributed/gloo/process_group_gloo.h"
+#include "nabla/nn/checkpoint.h"
 #include "test_util.h"
 
 #include <limits>
@@ -174,8 +175,8 @@ struct SmallBnNet : nn::Module {
   Tensor forward(const Tensor& x) override { return fc(relu(bn(conv(x))).mean({2, 3})); }
 };
 
-// Each training forward's statistics reach every rank from rank 0 by the end of its backward
-// (the broadcast overlaps backward), in the module's own tensors.
+// Rank 0's running statistics reach every rank by the end of each backward, in the module's own
+// tensors.
 TEST(Ddp, BufferBroadcastSyncsBatchNormStatisticsInPlace) {
   auto results = run_ranks(2, [](int rank, int world, Store& store) {
     ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
@@ -200,6 +201,36 @@ TEST(Ddp, BufferBroadcastSyncsBatchNormStatisticsInPlace) {
       }
       ddp.broadcast_buffers();  // the explicit call agrees
       RANK_CHECK(nabla::testing::all_close(model.bn.running_mean, rank0, 0, 0), "step {}: changed", step);
+    }
+  });
+  expect_all_succeeded(results);
+}
+
+// The same net with its BatchNorm inside a checkpointed segment: backward runs the segment's
+// forward again, which updates the running statistics a second time.
+struct CheckpointedBnNet : SmallBnNet {
+  Tensor forward(const Tensor& x) override {
+    Tensor h = nn::checkpoint([this](const Tensor& t) { return relu(bn(conv(t))); }, x);
+    return fc(h.mean({2, 3}));
+  }
+};
+
+// Statistics updated during backward (a checkpoint's recompute) are synced too: the broadcast
+// goes out after the whole backward, so every rank ends the step with rank 0's final values.
+TEST(Ddp, BufferBroadcastComesAfterCheckpointRecomputes) {
+  auto results = run_ranks(2, [](int rank, int world, Store& store) {
+    ProcessGroupGloo group(store, rank, world, {.timeout = std::chrono::seconds(20)});
+    CheckpointedBnNet model;
+    DistributedDataParallel ddp(model, group);
+    for (int step = 0; step < 2; ++step) {
+      Tensor x = nabla::testing::random_input({4, 2, 5, 5}, 10 * step + rank, kFloat32);
+      x.requires_grad_(true);  // so the checkpointed segment records a backward node
+      ddp(x).sum().backward();
+      Tensor mine = model.bn.running_var.clone();
+      Tensor both = Tensor::empty({8}, {.dtype = kFloat32});
+      group.allgather(both, mine)->wait();
+      RANK_CHECK(nabla::testing::all_close(both.slice(0, 0, 4), both.slice(0, 4, 8), 0, 0),
+                 "step {}: ranks end the step with different running statistics", step);
     }
   });
   expect_all_succeeded(results);
