@@ -11,13 +11,11 @@
 namespace nabla::bench {
 
 std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
-  const nn::models::ResNetOptions options{.num_classes = 1000, .checkpoint_segments = checkpoint_segments};
-  if (arch == "resnet18") return nn::models::resnet18(options);
-  if (arch == "resnet34") return nn::models::resnet34(options);
-  if (arch == "resnet50") return nn::models::resnet50(options);
-  if (arch == "resnet101") return nn::models::resnet101(options);
-  if (arch == "resnet152") return nn::models::resnet152(options);
-  throw Error("--arch must be resnet18, resnet34, resnet50, resnet101 or resnet152, got '" + arch + "'");
+  try {
+    return nn::models::resnet(arch, {.num_classes = 1000, .checkpoint_segments = checkpoint_segments});
+  } catch (const Error& e) {
+    throw Error(fmt::format("--arch: {}", e.what()));
+  }
 }
 
 double gib(size_t bytes) {

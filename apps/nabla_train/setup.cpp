@@ -21,11 +21,7 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Recipe& r, i
                                           .in_channels = channels,
                                           .small_input_stem = r.image_size < 64,
                                           .checkpoint_segments = o.grad_checkpoint};
-  if (r.arch == "resnet18") return nn::models::resnet18(options);
-  if (r.arch == "resnet34") return nn::models::resnet34(options);
-  if (r.arch == "resnet50") return nn::models::resnet50(options);
-  if (r.arch == "resnet101") return nn::models::resnet101(options);
-  return nn::models::resnet152(options);
+  return nn::models::resnet(r.arch, options);  // the name was checked with the recipe
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const Recipe& r,

@@ -192,4 +192,15 @@ std::shared_ptr<ResNet> resnet152(const ResNetOptions& options) {
   return std::make_shared<ResNet>(BlockKind::bottleneck, std::array<int64_t, 4>{3, 8, 36, 3}, options);
 }
 
+std::shared_ptr<ResNet> resnet(const std::string& name, const ResNetOptions& options) {
+  if (name == "resnet18") return resnet18(options);
+  if (name == "resnet34") return resnet34(options);
+  if (name == "resnet50") return resnet50(options);
+  if (name == "resnet101") return resnet101(options);
+  if (name == "resnet152") return resnet152(options);
+  NABLA_CHECK(false, "unknown ResNet '{}': expected resnet18, resnet34, resnet50, resnet101 or resnet152",
+              name);
+  __builtin_unreachable();
+}
+
 }  // namespace nabla::nn::models

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 
 #include "nabla/nn/containers.h"
 #include "nabla/nn/layers.h"
@@ -84,5 +85,9 @@ std::shared_ptr<ResNet> resnet34(const ResNetOptions& options = {});
 std::shared_ptr<ResNet> resnet50(const ResNetOptions& options = {});
 std::shared_ptr<ResNet> resnet101(const ResNetOptions& options = {});
 std::shared_ptr<ResNet> resnet152(const ResNetOptions& options = {});
+
+// The ResNet named "resnet18", "resnet34", "resnet50", "resnet101" or "resnet152" (command lines
+// and configs pick one by name); any other name is an error that lists these.
+std::shared_ptr<ResNet> resnet(const std::string& name, const ResNetOptions& options = {});
 
 }  // namespace nabla::nn::models

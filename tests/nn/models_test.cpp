@@ -74,6 +74,12 @@ TEST(ResNet, ParameterCountsMatchTorchvision) {
   EXPECT_EQ(count_parameters(*models::resnet152()), 60192808);
 }
 
+TEST(ResNet, ByNameBuildsTheNamedDepthAndRejectsOtherNames) {
+  EXPECT_EQ(count_parameters(*models::resnet("resnet18", {.num_classes = 10})), 11181642);  // 10 classes
+  EXPECT_EQ(count_parameters(*models::resnet("resnet34")), 21797672);
+  EXPECT_NABLA_ERROR(models::resnet("resnet51"), "unknown ResNet 'resnet51'", "resnet18, resnet34, resnet50");
+}
+
 TEST(ResNet, Resnet50NamesAreTorchvisions) {
   models::ResNet* model = &shared_resnet50();
   // len(torchvision.models.resnet50().state_dict()) == 320: 53 convs, 53 BNs * 5, fc * 2.
