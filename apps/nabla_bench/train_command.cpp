@@ -53,8 +53,8 @@ struct TrainBenchOptions {
   int warmup = 15;
   int nproc_per_node = 1;
   double bucket_mb = 25;
-  bool ddp = false;
-  bool phase_times = false;  // wrap in DDP even on one GPU (DDP's own cost, as torch_ddp.py's world 1)
+  bool ddp = false;          // wrap in DDP even on one GPU (DDP's own cost, as torch_ddp.py's world 1)
+  bool phase_times = false;  // forward / backward / optimizer times from CUDA events
   std::string data_dir;      // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
