@@ -154,7 +154,7 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
 };
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, ProcessGroup& group, DdpOptions options)
-    : module_(module), group_(group), state_(std::make_shared<State>()) {
+    : module_(module), state_(std::make_shared<State>()) {
   NABLA_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0,
               "DistributedDataParallel: bucket sizes must be positive, got {} MB and first {} MB",
               options.bucket_cap_mb, options.first_bucket_cap_mb);

@@ -77,12 +77,12 @@ class DistributedDataParallel {
 
  private:
   nn::Module& module_;
-  ProcessGroup& group_;
   std::shared_ptr<State> state_;  // hooks hold it weakly, so they outlive us harmlessly
 };
 
-// For GradScalerOptions::reduce_found_inf: every rank's inf/NaN flag becomes 1 if any rank's
-// gradients overflowed, so all ranks skip the step (or take it) together.
+// For GradScalerOptions::reduce_found_inf: every rank's inf/NaN flag becomes the sum over ranks,
+// nonzero (or NaN) if any rank's gradients overflowed, so all ranks skip the step (or take it)
+// together.
 //   amp::GradScaler scaler({.reduce_found_inf = distributed::agree_found_inf(group)});
 std::function<void(Tensor&)> agree_found_inf(ProcessGroup& group);
 
