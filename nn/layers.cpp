@@ -103,6 +103,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   return batch_norm(x, weight, bias, running_mean, running_var, o);
 }
 
+Tensor BatchNorm2d::forward_relu(const Tensor& x) {
+  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
+              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
+              describe(x));
+  BatchNormOptions o = batch_norm_options();
+  return batch_norm_relu(x, weight, bias, running_mean, running_var, o);
+}
+
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
   NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
               "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,

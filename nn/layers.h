@@ -71,6 +71,8 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options = {});
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)), fused where the backend can (inside a residual block and the stem).
+  Tensor forward_relu(const Tensor& x);
   // relu(forward(x) + residual), fused where the backend can (the end of a residual block).
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;

@@ -292,8 +292,12 @@ Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_arg, c
     Tensor y = try_fused(node, x_in, residual, weight, bias, running_mean, running_var, options);
     if (y.defined()) return y;
   }
+  // The composed path: batch_norm's output (or the sum) is a fresh tensor that batch_norm's
+  // backward does not save, so the ReLU overwrites it instead of allocating a third activation.
   Tensor y = batch_norm(x_in, weight, bias, running_mean, running_var, options);
-  return relu(residual.defined() ? y + residual : y);
+  if (residual.defined()) y = y + residual;
+  relu_(y);
+  return y;
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = relu(bn1(conv1(x)));
+  Tensor out = bn1.forward_relu(conv1(x));
   return bn2.forward_add_relu(conv2(out), identity);
 }
 
@@ -67,10 +67,19 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = relu(bn1(conv1(x)));
-  out = relu(bn2(conv2(out)));
+  Tensor out = bn1.forward_relu(conv1(x));
+  out = bn2.forward_relu(conv2(out));
   return bn3.forward_add_relu(conv3(out), identity);
 }
+
+// The stem's BatchNorm and ReLU as one layer of a checkpointed forward, so that it runs the same
+// fused kernel as the plain forward (and the two give the same gradients). A member, not a local:
+// the checkpointed segments call it again during backward.
+class ResNet::StemBatchNormRelu : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return bn->forward_relu(x); }
+  BatchNorm2d* bn = nullptr;
+};
 
 namespace {
 
@@ -100,7 +109,8 @@ ResNet::ResNet(BlockKind kind, std::array<int64_t, 4> blocks_per_stage, const Re
       maxpool({.kernel = 3, .stride = 2, .padding = 1}),
       avgpool({1, 1}),
       fc({.in = 512 * expansion(kind), .out = options.num_classes}),
-      options_(options) {
+      options_(options),
+      checkpoint_stem_(std::make_shared<StemBatchNormRelu>()) {
   NABLA_CHECK(options.num_classes > 0 && options.in_channels > 0,
               "ResNet: num_classes ({}) and in_channels ({}) must be > 0", options.num_classes,
               options.in_channels);
@@ -152,14 +162,15 @@ Tensor ResNet::features(const Tensor& x) {
   Tensor y;
   if (options_.checkpoint_segments > 0 && is_training() && GradMode::is_enabled()) {
     // The stem's layers and every block, as one list split into segments.
-    std::vector<Module*> modules{&conv1, &bn1, &relu};
+    checkpoint_stem_->bn = &bn1;
+    std::vector<Module*> modules{&conv1, checkpoint_stem_.get()};
     if (!options_.small_input_stem) modules.push_back(&maxpool);
     for (Sequential* stage : {&layer1, &layer2, &layer3, &layer4}) {
       for (size_t i = 0; i < stage->size(); ++i) modules.push_back(&(*stage)[i]);
     }
     y = checkpoint_sequential(modules, options_.checkpoint_segments, x);
   } else {
-    y = relu(bn1(conv1(x)));
+    y = bn1.forward_relu(conv1(x));
     if (!options_.small_input_stem) y = maxpool(y);
     y = layer4(layer3(layer2(layer1(y))));
   }

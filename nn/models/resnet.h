@@ -77,7 +77,10 @@ class ResNet : public Module {
   Linear fc;
 
  private:
+  // bn1 and the ReLU as one layer of a checkpointed forward (see features()).
+  class StemBatchNormRelu;
   ResNetOptions options_;
+  std::shared_ptr<StemBatchNormRelu> checkpoint_stem_;
 };
 
 std::shared_ptr<ResNet> resnet18(const ResNetOptions& options = {});

@@ -92,6 +92,8 @@ TEST(Layers, BatchNorm2dTrainAndEval) {
   EXPECT_TRUE(all_close(bn(x), (x - rm) / (rv + 1e-5).sqrt() * w + b, 1e-10, 1e-10));
   nb::Tensor r = random_input({4, 3, 2, 5}, test_seed() + 3);
   EXPECT_TRUE(all_close(bn.forward_add_relu(x, r), nb::relu(bn(x) + r), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(bn.forward_relu(x), nb::relu(bn(x)), 1e-12, 1e-12));
+  EXPECT_GT(nb::eq(nb::relu(bn(x)), 0.0).to(nb::kFloat64).sum().item<double>(), 0);  // the ReLU cut something
 
   nn::BatchNorm2d plain(3, {.affine = false, .track_running_stats = false});
   EXPECT_TRUE(plain.parameters().empty() && plain.buffers().empty());
