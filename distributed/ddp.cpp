@@ -141,14 +141,20 @@ struct DistributedDataParallel::State : std::enable_shared_from_this<State> {
                       names));
     }
     launch_ready_buckets();
+    // A group that launches collectives only once their inputs are ready (NCCL's when-ready
+    // mode) makes these waits block the host until the device gets there; all but the last
+    // bucket's. That one, and the buffer broadcast behind it, go out at once (launch_pending),
+    // so the host stays ahead of the device for the optimizer step and the next forward.
+    for (size_t i = 0; i + 1 < buckets.size(); ++i) {
+      if (buckets[i].work) buckets[i].work->wait();
+    }
     // Rank 0's running statistics go out behind the last bucket. After the whole backward, not
     // after the forward: a checkpointed segment's recompute updates them again during backward.
     std::vector<std::shared_ptr<Work>> works;
     if (options.broadcast_buffers && module->is_training() && group->size() > 1)
       works = start_buffer_broadcast();
-    for (auto& b : buckets) {
-      if (b.work) b.work->wait();
-    }
+    group->launch_pending();
+    if (!buckets.empty() && buckets.back().work) buckets.back().work->wait();
     for (auto& w : works) w->wait();
   }
 };

@@ -72,6 +72,10 @@ class ProcessGroup {
   virtual std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
                                                ReduceOp op = ReduceOp::sum) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
+  // Puts every collective issued so far on its way now. For a backend that defers launches until
+  // their inputs are ready (NCCL's when-ready mode), before waiting for something needed next;
+  // the others launch at once, and this does nothing.
+  virtual void launch_pending() {}
 
  protected:
   // Checks what every collective requires of its tensors, naming the collective on failure.

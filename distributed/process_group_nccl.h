@@ -8,6 +8,14 @@
 // the work already queued on the caller's current stream, and wait() makes the current stream
 // wait for the collective. The host never blocks, so communication overlaps compute.
 //
+// Launch modes (NABLA_NCCL_LAUNCH): eager (the default) queues each collective on the
+// communication stream at once, behind a device-side wait for the caller's stream. when-ready
+// hands it to a launcher thread that queues it only once the caller's stream has reached it, so
+// the communication stream never sits blocked on a wait, which slows the GPU's dispatch of the
+// compute kernels (Note [Launching collectives when their inputs are ready] in the .cpp).
+// There, wait() blocks the host until the collective is on the stream, except for the newest
+// one, which launch_pending() or a wait() on it puts out at once.
+//
 // Faults: the communicator is non-blocking, and a watchdog thread polls ncclCommGetAsyncError
 // and each collective's age. On an error or a timeout it aborts the communicator
 // (ncclCommAbort, never a blocking destroy), so no kernel spins forever; the next call on the
@@ -36,6 +44,7 @@ class ProcessGroupNccl : public ProcessGroup {
   std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
                                        ReduceOp op = ReduceOp::sum) override;
   std::shared_ptr<Work> barrier() override;
+  void launch_pending() override;
 
   // Aborts the communicator now, as the watchdog does on a fault (for tests and for shutting down
   // a job whose peer is known to be dead). Later calls throw CollectiveError.

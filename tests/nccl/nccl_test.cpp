@@ -80,9 +80,68 @@ TEST(CudaNccl, OneRankCollectives) {
   check_collectives(group, Device::cuda(cuda::current_device()));
 }
 
+// Sets NABLA_NCCL_LAUNCH for the groups built in this scope.
+class LaunchMode {
+ public:
+  explicit LaunchMode(const char* mode) { ::setenv("NABLA_NCCL_LAUNCH", mode, 1); }
+  ~LaunchMode() { ::unsetenv("NABLA_NCCL_LAUNCH"); }
+  LaunchMode(const LaunchMode&) = delete;
+  LaunchMode& operator=(const LaunchMode&) = delete;
+};
+
+// Writes fresh values into `t` at the end of a few milliseconds of queued compute, so a
+// collective that ran before its inputs were ready would read the old ones.
+void slow_fill(Tensor& t, uint64_t seed) {
+  const Device device = t.device();
+  Tensor a = nabla::testing::random_input({2048, 2048}, seed, kFloat32).to(device) * (1.0 / 2048);
+  Tensor m = a;
+  for (int i = 0; i < 24; ++i) m = matmul(m, a);
+  t.copy_(nabla::testing::random_input(t.sizes(), seed + 1, kFloat32).to(device) + m.sum() * 0.0);
+}
+
+TEST(CudaNccl, WhenReadyLaunchesAfterTheInputsInOrderAndDrainsOnDestruction) {
+  if (!has_gpus(1)) GTEST_SKIP() << "no CUDA device";
+  LaunchMode mode("when-ready");
+  const Device device = Device::cuda(cuda::current_device());
+  TcpStore store("127.0.0.1", 0, {.is_server = true});
+  const int64_t n = 1 << 16;
+  std::vector<Tensor> in, out;
+  {
+    ProcessGroupNccl group(store, 0, 1);
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 4; ++k) {
+      in.push_back(zeros({n}, {.dtype = kFloat32, .device = device}));
+      out.push_back(zeros({n}, {.dtype = kFloat32, .device = device}));
+      slow_fill(in[k], nabla::testing::test_seed() + 10 * k);
+      works.push_back(group.allgather(out[k], in[k]));
+    }
+    works[1]->wait();  // not the newest: the host waits until the launcher has it out
+    group.launch_pending();
+    works[3]->wait();
+    works[0]->wait();
+    works[2]->wait();
+    for (int k = 0; k < 4; ++k) EXPECT_TRUE(nabla::testing::all_close(out[k], in[k], 0, 0)) << k;
+    // Queued and never waited for: the group's destructor launches it before it goes.
+    Tensor late_in = zeros({n}, {.dtype = kFloat32, .device = device});
+    slow_fill(late_in, nabla::testing::test_seed() + 99);
+    in.push_back(late_in);
+    out.push_back(zeros({n}, {.dtype = kFloat32, .device = device}));
+    group.allgather(out.back(), late_in);
+  }
+  cuda::synchronize();
+  EXPECT_TRUE(nabla::testing::all_close(out.back(), in.back(), 0, 0));
+}
+
 TEST(CudaNccl, TwoRankCollectives) {
   if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
   auto codes = spawn_ranks(2, "NcclRank.Collectives");
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(CudaNccl, TwoRankCollectivesWhenReady) {
+  if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
+  auto codes = spawn_ranks(2, "NcclRank.Collectives", std::chrono::seconds(120),
+                           {{"NABLA_NCCL_LAUNCH", "when-ready"}});
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -103,6 +162,13 @@ struct Mlp : nn::Module {
 TEST(CudaNccl, TwoRankDdpMatchesOneProcess) {
   if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
   auto codes = spawn_ranks(2, "NcclRank.Ddp");
+  EXPECT_EQ(codes, (std::vector<int>{0, 0}));
+}
+
+TEST(CudaNccl, TwoRankDdpWhenReady) {
+  if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
+  auto codes =
+      spawn_ranks(2, "NcclRank.Ddp", std::chrono::seconds(120), {{"NABLA_NCCL_LAUNCH", "when-ready"}});
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
