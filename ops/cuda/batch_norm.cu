@@ -1,5 +1,6 @@
 // nabla's own CUDA batch-norm kernels, for the calls cuDNN does not take (Note [cuDNN batch
-// norm] in batch_norm_cudnn.cpp): bfloat16, very large batches, and anything cuDNN refuses.
+// norm] in batch_norm_cudnn.cpp): bfloat16 outside channels_last training, very large batches, and anything
+// cuDNN refuses.
 //
 // x is read in place as `outer` blocks of (C, inner), like the CPU kernel: inner = prod(*) for
 // contiguous x, 1 for channels_last. The statistics take one block per channel (two passes:
