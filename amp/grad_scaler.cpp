@@ -1,7 +1,8 @@
-// GradScaler (see amp/grad_scaler.h). The scale lives on the host: scale() multiplies by a host
-// number, and the kernels take 1/scale as an argument, so only the found-inf flag ever crosses
-// from the device, once per step. Per-optimizer bookkeeping (unscaled? stepped? its flags)
-// lives until update(), as in PyTorch, so one scaler can drive several optimizers.
+// GradScaler (see amp/grad_scaler.h). The scale, its growth counter and the found-inf flags are
+// device tensors, so a training step never waits for the GPU: the unscale kernel reads 1/scale
+// from device memory, the optimizer skips on the device where it can, and update() is a handful
+// of 0-d device ops. Per-optimizer bookkeeping (unscaled? stepped? its flags) lives until
+// update(), as in PyTorch, so one scaler can drive several optimizers.
 #include "nabla/amp/grad_scaler.h"
 
 #include <cmath>
@@ -50,10 +51,18 @@ double state_value(const std::map<std::string, Tensor>& state, const std::string
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options),
-      scale_(options.init_scale),
-      scopes_at_construction_(autocast::enabled_scope_count()) {
+    : options_(options), scopes_at_construction_(autocast::enabled_scope_count()) {
   check_options(options_);
+}
+
+void GradScaler::ensure_scale(Device device) {
+  if (!scale_.defined()) {
+    scale_ = full({}, options_.init_scale, {.dtype = kFloat32, .device = device});
+    tracker_ = full({}, initial_tracker_, {.dtype = kFloat32, .device = device});
+  } else if (scale_.device() != device) {
+    scale_ = scale_.to(device);  // losses moved to another device: the scale follows
+    tracker_ = tracker_.to(device);
+  }
 }
 
 Tensor GradScaler::scale(const Tensor& loss) {
@@ -70,7 +79,10 @@ Tensor GradScaler::scale(const Tensor& loss) {
         "GradScaler: autocast ran in bfloat16, which has float32's exponent range, so loss scaling is not "
         "needed; build the scaler with {.enabled = false} (or drop it) to save the unscale pass");
   }
-  return loss * scale_;
+  ensure_scale(loss.device());
+  // A 16-bit loss is scaled in float32: 65536 itself overflows float16.
+  if (loss.dtype() == kFloat64) return loss * scale_.to(kFloat64);
+  return (loss.dtype() == kFloat32 ? loss : loss.to(kFloat32)) * scale_;
 }
 
 void GradScaler::unscale_(optim::Optimizer& optimizer) {
@@ -81,8 +93,18 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   NABLA_CHECK(!state.stepped,
               "GradScaler::unscale_: called after step(); call it before step(), once per update()");
   NoGradGuard no_grad;
-  const double inv_scale = 1.0 / scale_;
   std::map<int, TensorList> fused;  // CUDA device index -> float32 dense gradients
+  TensorList inv_scale;             // 1 / scale, float32, one per gradient device
+  auto inv_on = [&](Device device) -> Tensor {
+    for (const Tensor& t : inv_scale) {
+      if (t.device() == device) return t;
+    }
+    // Before any scale(): unscaling by the initial scale, as the gradients were scaled by it.
+    Tensor s = scale_.defined() ? scale_.to(device)
+                                : full({}, options_.init_scale, {.dtype = kFloat32, .device = device});
+    inv_scale.push_back(reciprocal(s));
+    return inv_scale.back();
+  };
   for (const auto& group : optimizer.param_groups()) {
     for (const Tensor& param : group.params) {
       if (!param.grad().defined()) continue;
@@ -92,43 +114,68 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
         fused[grad.device().index].push_back(grad);
         continue;
       }
-      // Any other gradient: scale in place, and add sum(g * 0) to the flag, which is NaN exactly
-      // when some element is inf or NaN (inf * 0 = NaN) and 0 otherwise. Stays on the device.
-      grad.mul_(inv_scale);
+      // Any other gradient: scale in place (in float32, so a small 1/scale does not underflow
+      // 16 bits), and add sum(g * 0) to the flag, which is NaN exactly when some element is inf
+      // or NaN (inf * 0 = NaN) and 0 otherwise. Stays on the device.
+      const Tensor inv = inv_on(grad.device());
+      if (grad.dtype() == kFloat32 || grad.dtype() == kFloat64) {
+        grad.mul_(inv.to(grad.dtype()));
+      } else {
+        grad.copy_(grad.to(kFloat32) * inv);
+      }
       flag = flag + sum(grad * 0.0);
     }
   }
   for (auto& [index, grads] : fused) {
-    cuda::multi_tensor_unscale(grads, inv_scale, flag_for(state.found_inf, Device::cuda(index)));
+    const Device device = Device::cuda(index);
+    cuda::multi_tensor_unscale(grads, inv_on(device), flag_for(state.found_inf, device));
   }
   state.unscaled = true;
 }
 
-bool GradScaler::read_found_inf(PerOptimizer& state) const {
-  if (!state.found_inf_read) {
-    state.found = false;
-    for (Tensor& flag : state.found_inf) {
-      if (options_.reduce_found_inf) options_.reduce_found_inf(flag);  // agree across ranks first
-      const float v = flag.item<float>();  // the step's one device-to-host read (per device)
-      state.found = state.found || v != 0.0f || std::isnan(v);
-    }
-    state.found_inf_read = true;
-  }
-  return state.found;
+void GradScaler::agree(PerOptimizer& state) {
+  if (state.agreed) return;
+  state.agreed = true;
+  if (!options_.reduce_found_inf) return;
+  for (Tensor& flag : state.found_inf) options_.reduce_found_inf(flag);  // agree across ranks
 }
 
-bool GradScaler::step(optim::Optimizer& optimizer) {
+void GradScaler::step(optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();
-    return true;
+    return;
   }
   PerOptimizer& state = per_optimizer_[&optimizer];
   NABLA_CHECK(!state.stepped, "GradScaler::step: already called for this optimizer since the last update()");
   if (!state.unscaled) unscale_(optimizer);
   state.stepped = true;
-  if (read_found_inf(state)) return false;
-  optimizer.step();
-  return true;
+  agree(state);
+  if (state.found_inf.empty()) {  // no gradients: nothing can overflow
+    optimizer.step();
+    return;
+  }
+  if (state.found_inf.size() == 1 && optimizer.step_unless(state.found_inf[0])) return;
+  // The optimizer cannot skip on the device: read the flags (the one host wait of the step).
+  bool found = false;
+  for (const Tensor& flag : state.found_inf) {
+    const float v = flag.item<float>();
+    found = found || v != 0.0f || std::isnan(v);
+  }
+  if (!found) optimizer.step();
+}
+
+Tensor GradScaler::flag_sum() {
+  // On the scale's device, or (before any scale()) on the first flag's.
+  Device device = scale_.defined() ? scale_.device() : Device::cpu();
+  for (auto& [optimizer, state] : per_optimizer_) {
+    if (!scale_.defined() && !state.found_inf.empty()) device = state.found_inf[0].device();
+  }
+  Tensor total = zeros({}, {.dtype = kFloat32, .device = device});
+  for (auto& [optimizer, state] : per_optimizer_) {
+    agree(state);
+    for (const Tensor& flag : state.found_inf) total = total + sum(flag.to(device));
+  }
+  return total;
 }
 
 void GradScaler::update() {
@@ -136,21 +183,37 @@ void GradScaler::update() {
   NABLA_CHECK(!per_optimizer_.empty(),
               "GradScaler::update: no step() or unscale_() since the last update(), so there is no inf/NaN "
               "check to update from");
-  bool found = false;
-  for (auto& [optimizer, state] : per_optimizer_) found = read_found_inf(state) || found;
+  NoGradGuard no_grad;
+  last_found_ = flag_sum();
+  ensure_scale(scale_.defined() ? scale_.device() : last_found_.device());
   per_optimizer_.clear();
   if (!options_.dynamic) return;
-  if (found) {
-    scale_ *= options_.backoff_factor;
-    growth_tracker_ = 0;
-    return;
-  }
-  if (++growth_tracker_ == options_.growth_interval) {
-    // Stay finite: a float32 loss times an infinite scale would overflow every step.
-    const double grown = scale_ * options_.growth_factor;
-    if (std::isfinite(static_cast<float>(grown))) scale_ = grown;
-    growth_tracker_ = 0;
-  }
+  // On the device, as PyTorch's _amp_update_scale_: back off and restart the count on inf/NaN
+  // (NaN != 0 holds), else count the good step and grow every growth_interval of them, unless
+  // the grown scale would not be a finite float32 (a float32 loss times it would overflow).
+  const Tensor found = ne(last_found_, 0.0);
+  const Tensor zero = zeros_like(tracker_);
+  const Tensor counted = where(found, zero, tracker_ + 1.0);
+  const Tensor grow = ge(counted, static_cast<double>(options_.growth_interval));
+  const Tensor grown = scale_ * options_.growth_factor;
+  const Tensor kept = where(le(grown, static_cast<double>(std::numeric_limits<float>::max())), grown, scale_);
+  scale_ = where(found, scale_ * options_.backoff_factor, where(grow, kept, scale_));
+  tracker_ = where(grow, zero, counted);
+}
+
+bool GradScaler::found_inf() {
+  const Tensor flags = !per_optimizer_.empty() ? flag_sum() : last_found_;
+  if (!flags.defined()) return false;
+  const float v = flags.item<float>();
+  return v != 0.0f || std::isnan(v);
+}
+
+double GradScaler::get_scale() const {
+  return scale_.defined() ? scale_.item<double>() : options_.init_scale;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  return static_cast<int64_t>(tracker_.defined() ? tracker_.item<double>() : initial_tracker_);
 }
 
 std::vector<Overflow> GradScaler::overflowed_parameters(
@@ -180,11 +243,11 @@ std::vector<Overflow> GradScaler::overflowed_parameters(
 
 std::map<std::string, Tensor> GradScaler::state_dict() const {
   auto scalar = [](double v) { return full({}, v, {.dtype = kFloat64}); };
-  return {{"scale", scalar(scale_)},
+  return {{"scale", scalar(get_scale())},
           {"growth_factor", scalar(options_.growth_factor)},
           {"backoff_factor", scalar(options_.backoff_factor)},
           {"growth_interval", scalar(static_cast<double>(options_.growth_interval))},
-          {"growth_tracker", scalar(static_cast<double>(growth_tracker_))},
+          {"growth_tracker", scalar(static_cast<double>(growth_tracker()))},
           {"dynamic", scalar(options_.dynamic ? 1.0 : 0.0)},
           {"enabled", scalar(options_.enabled ? 1.0 : 0.0)}};
 }
@@ -203,9 +266,13 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
               "GradScaler::load_state_dict: growth_tracker must be in [0, growth_interval = {}), got {}",
               o.growth_interval, tracker);
   options_ = o;
-  scale_ = o.init_scale;
-  growth_tracker_ = static_cast<int64_t>(tracker);
+  initial_tracker_ = tracker;
+  if (scale_.defined()) {  // keep the device; the next scale() would move it anyway
+    scale_ = full({}, o.init_scale, {.dtype = kFloat32, .device = scale_.device()});
+    tracker_ = full({}, tracker, {.dtype = kFloat32, .device = scale_.device()});
+  }
   per_optimizer_.clear();
+  last_found_ = Tensor();
 }
 
 }  // namespace nabla::amp

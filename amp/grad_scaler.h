@@ -8,11 +8,16 @@
 //   scaler.step(opt);                                // unscales if needed; skips on inf/NaN
 //   scaler.update();                                 // grows or backs off the scale
 //
-// Skip decision. unscale_ multiplies every gradient by 1/scale and raises a found-inf flag on
-// the gradients' device when any result is inf or NaN: on CUDA one fused multi-tensor kernel
-// covers all dense float32 gradients (amp/cuda/unscale.cu), and other gradients (CPU, or
-// 16-bit) add their check into the same flag with ordinary ops. step() reads that flag, which
-// is the one device-to-host read of the step, and runs optimizer.step() only when it is clear.
+// Skip decision, without waiting for the GPU. The scale is a float32 tensor on the loss's
+// device, as are its growth counter and the found-inf flag, and nothing of them is read by the
+// host during training. unscale_ multiplies every gradient by 1/scale and raises the flag on the
+// gradients' device when any result is inf or NaN: on CUDA one fused multi-tensor kernel covers
+// all dense float32 gradients (amp/cuda/unscale.cu), and other gradients (CPU, or 16-bit) add
+// their check into the same flag with ordinary ops. step() hands the flag to an optimizer that
+// can skip on the device (SGD's fused CUDA update: optim::Optimizer::step_unless); for any
+// other it reads the flag (one device-to-host read) and calls optimizer.step() only when it is
+// clear. update() grows or backs off the scale with device ops. get_scale(), found_inf() and
+// state_dict() read the device values, so they wait for the GPU: for logs and checkpoints.
 //
 // Static scaling: {.dynamic = false} keeps init_scale forever (steps are still skipped on
 // inf/NaN). {.enabled = false} makes every call a pass-through. With bfloat16 autocast, whose
@@ -66,15 +71,19 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale in place and records whether any is inf or
   // NaN. At most once per optimizer between two update()s.
   void unscale_(optim::Optimizer& optimizer);
-  // Unscales (unless unscale_ ran), then steps the optimizer unless a gradient was inf or NaN.
-  // Returns whether the optimizer stepped.
-  bool step(optim::Optimizer& optimizer);
+  // Unscales (unless unscale_ ran), then steps the optimizer unless a gradient was inf or NaN
+  // (decided on the device where the optimizer can; see above).
+  void step(optim::Optimizer& optimizer);
   // Adjusts the scale from this iteration's overflow checks (dynamic mode), and starts the next
   // iteration. Needs a step() or unscale_() since the last update().
   void update();
+  // Whether a gradient was inf or NaN (so step() skipped): in the iteration under way once it
+  // has unscaled, else in the one the last update() closed. Reads device flags: waits for the GPU.
+  bool found_inf();
 
-  double get_scale() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
+  // The current scale and good-step count. They live on the device: reading waits for the GPU.
+  double get_scale() const;
+  int64_t growth_tracker() const;
   bool is_enabled() const { return options_.enabled; }
   // Whether scale() has warned that bfloat16 autocast needs no scaler.
   bool warned_bfloat16() const { return warned_bfloat16_; }
@@ -95,14 +104,18 @@ class GradScaler {
     bool unscaled = false;
     bool stepped = false;
     TensorList found_inf;  // one 1-element float32 flag per gradient device (inf/NaN when set)
-    bool found_inf_read = false;
-    bool found = false;
+    bool agreed = false;   // reduce_found_inf ran on the flags
   };
-  bool read_found_inf(PerOptimizer& state) const;
+  void agree(PerOptimizer& state);
+  // The sum of every flag so far (0-d, on the scale's device): nonzero or NaN when any is set.
+  Tensor flag_sum();
+  void ensure_scale(Device device);
 
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
+  Tensor scale_;                // 0-d float32 on the device of the losses it scales (created by scale())
+  Tensor tracker_;              // 0-d float32 beside it: good steps in a row
+  double initial_tracker_ = 0;  // for the tracker created with the scale (load_state_dict)
+  Tensor last_found_;           // flag_sum() at the last update()
   bool warned_bfloat16_ = false;
   uint64_t scopes_at_construction_;  // autocast::enabled_scope_count() when built
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;

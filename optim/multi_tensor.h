@@ -18,6 +18,7 @@ bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state
 struct SgdStep {
   double lr, weight_decay, momentum, dampening;
   bool nesterov;
+  Tensor skip_if = {};  // defined: a 1-element float32 flag; nothing is written while it is nonzero or NaN
 };
 // buffers[i] may be undefined when momentum == 0; first[i]: buffer i is new (set it to d_p).
 void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const TensorList& buffers,

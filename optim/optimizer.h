@@ -49,6 +49,14 @@ class Optimizer {
 
   // One update of every parameter that has a gradient, under NoGradGuard.
   virtual void step() = 0;
+  // step(), decided on the device: no parameter or state changes while `found_inf` (a 1-element
+  // float32 flag, GradScaler's) is nonzero or NaN, and the host never reads it. Returns false,
+  // doing nothing, where this optimizer cannot (the caller then reads the flag and calls step()).
+  // A step skipped this way still counts in step_count().
+  virtual bool step_unless(const Tensor& found_inf) {
+    (void)found_inf;
+    return false;
+  }
   // set_to_none drops the gradients (the next backward allocates); otherwise zeroes them.
   void zero_grad(bool set_to_none = true);
 

@@ -33,6 +33,29 @@ SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
 SGD::SGD(TensorList params, SgdOptions options) : SGD(single_group(std::move(params)), options) {}
 
 void SGD::step() {
+  update(Tensor());
+}
+
+bool SGD::step_unless(const Tensor& found_inf) {
+  // dampening 0: a buffer whose first step was skipped stays zero, and the next step's
+  // momentum * 0 + grad is the same as a first step's buffer = grad (dampening would differ).
+  if (options_.dampening != 0.0 || !found_inf.is_cuda()) return false;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& param = groups_[g].params[i];
+      if (!param.grad().defined()) continue;
+      auto& st = state(g, i);
+      auto it = st.find("momentum_buffer");
+      const Tensor buffer = it == st.end() ? Tensor() : it->second;
+      if (param.device() != found_inf.device() || !cuda::multi_tensor_eligible(param, {param.grad(), buffer}))
+        return false;
+    }
+  }
+  update(found_inf);
+  return true;
+}
+
+void SGD::update(const Tensor& skip_if) {
   NoGradGuard no_grad;
   ++step_;
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -49,8 +72,12 @@ void SGD::step() {
       const bool first = it == st.end();
       Tensor buffer = first ? Tensor() : it->second;
       if (cuda::multi_tensor_eligible(param, {grad, buffer})) {
-        // A new buffer takes the parameter's layout (the kernel sets it to d_p).
-        if (momentum != 0.0 && first) buffer = st["momentum_buffer"] = param.detach().clone();
+        // A new buffer takes the parameter's layout. The kernel sets it to d_p; it starts at
+        // zero for a step the kernel may skip (see step_unless).
+        if (momentum != 0.0 && first) {
+          buffer = st["momentum_buffer"] = param.detach().clone();
+          if (skip_if.defined()) buffer.zero_();
+        }
         fused_params.push_back(param);
         fused_grads.push_back(grad);
         fused_buffers.push_back(buffer);
@@ -76,7 +103,8 @@ void SGD::step() {
                               .weight_decay = wd,
                               .momentum = momentum,
                               .dampening = options_.dampening,
-                              .nesterov = options_.nesterov});
+                              .nesterov = options_.nesterov,
+                              .skip_if = skip_if});
     }
   }
 }

@@ -21,9 +21,13 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SgdOptions options);
   SGD(TensorList params, SgdOptions options);
   void step() override;
+  // On the device when every gradient takes the fused CUDA update (float32, dense, the
+  // parameter's layout, on found_inf's device) and dampening is 0.
+  bool step_unless(const Tensor& found_inf) override;
   const SgdOptions& options() const { return options_; }
 
  private:
+  void update(const Tensor& skip_if);
   SgdOptions options_;
 };
 

@@ -2,7 +2,7 @@
 // and one device flag raised when any result is inf or NaN. A launch carries a table of up to
 // kMaxTensors (pointer, numel) pairs in its kernel argument (under the 4 KB limit); blockIdx.y
 // picks the tensor and the x blocks grid-stride over it, as in optim/cuda/multi_tensor.cu. The
-// flag stays on the device: the host reads it once, in GradScaler::step().
+// scale and the flag stay on the device (GradScaler never waits for them during training).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,8 +30,9 @@ struct Table {
 };
 static_assert(sizeof(Table) < 3800, "kernel arguments are limited to 4 KB");
 
-__global__ void unscale_kernel(Table table, float inv_scale, float* found_inf) {
+__global__ void unscale_kernel(Table table, const float* inv_scale_ptr, float* found_inf) {
   const Entry e = table.entries[blockIdx.y];
+  const float inv_scale = *inv_scale_ptr;
   bool bad = false;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -63,10 +64,14 @@ bool unscale_eligible(const Tensor& grad) {
          is_non_overlapping_and_dense(grad.sizes(), grad.strides());
 }
 
-void multi_tensor_unscale(const TensorList& grads, double inv_scale, const Tensor& found_inf) {
+void multi_tensor_unscale(const TensorList& grads, const Tensor& inv_scale, const Tensor& found_inf) {
   NABLA_CHECK(found_inf.is_cuda() && found_inf.dtype() == kFloat32 && found_inf.numel() == 1,
               "multi_tensor_unscale: found_inf must be a 1-element float32 CUDA tensor, got {}",
               describe(found_inf));
+  NABLA_CHECK(
+      inv_scale.device() == found_inf.device() && inv_scale.dtype() == kFloat32 && inv_scale.numel() == 1,
+      "multi_tensor_unscale: inv_scale must be a 1-element float32 tensor on {}, got {}",
+      found_inf.device().str(), describe(inv_scale));
   for (const auto& g : grads) {
     NABLA_CHECK(unscale_eligible(g) && g.device() == found_inf.device(),
                 "multi_tensor_unscale: needs dense float32 tensors on {}, got {}", found_inf.device().str(),
@@ -87,7 +92,8 @@ void multi_tensor_unscale(const TensorList& grads, double inv_scale, const Tenso
     }
     const int64_t blocks = std::clamp<int64_t>((max_numel + kBlock - 1) / kBlock, 1, kMaxBlocksX);
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(end - begin));
-    unscale_kernel<<<grid, kBlock, 0, scope.stream()>>>(table, static_cast<float>(inv_scale), flag);
+    unscale_kernel<<<grid, kBlock, 0, scope.stream()>>>(
+        table, static_cast<const float*>(inv_scale.data_ptr()), flag);
     NABLA_CUDA_CHECK_LAUNCH();
   }
 }

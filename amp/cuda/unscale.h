@@ -12,7 +12,8 @@ bool unscale_eligible(const Tensor& grad);
 
 // grads[i] *= inv_scale in place, for every tensor (all eligible, on found_inf's device), and
 // found_inf (a 1-element float32 tensor) is set to 1 when any result is inf or NaN (it is never
-// cleared here). One launch per batch of tensors on the current stream; no host sync.
-void multi_tensor_unscale(const TensorList& grads, double inv_scale, const Tensor& found_inf);
+// cleared here). inv_scale is a 1-element float32 tensor on the same device, read by the kernel.
+// One launch per batch of tensors on the current stream; no host sync.
+void multi_tensor_unscale(const TensorList& grads, const Tensor& inv_scale, const Tensor& found_inf);
 
 }  // namespace nabla::amp::cuda

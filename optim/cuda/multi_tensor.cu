@@ -52,8 +52,9 @@ struct AdamTable {
 
 static_assert(sizeof(SgdTable) < 3800 && sizeof(AdamTable) < 3800, "kernel arguments are limited to 4 KB");
 
-__global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, float dampening,
-                           int nesterov) {
+__global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, float dampening, int nesterov,
+                           const float* skip_if) {
+  if (skip_if != nullptr && !(*skip_if == 0.0f)) return;  // GradScaler found inf/NaN (NaN too)
   const SgdEntry e = table.entries[blockIdx.y];
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -210,6 +211,14 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
                params.size() == first.size());
   if (params.empty()) return;
   check_same_device(params);
+  const float* skip_if = nullptr;
+  if (step.skip_if.defined()) {
+    NABLA_CHECK(step.skip_if.device() == params[0].device() && step.skip_if.dtype() == kFloat32 &&
+                    step.skip_if.numel() == 1,
+                "multi_tensor_sgd: skip_if must be a 1-element float32 tensor on {}, got {}",
+                params[0].device().str(), describe(step.skip_if));
+    skip_if = static_cast<const float*>(step.skip_if.data_ptr());
+  }
   DeviceScope scope(params[0]);
   for (size_t begin = 0; begin < params.size(); begin += kMaxTensors) {
     const size_t end = std::min(params.size(), begin + kMaxTensors);
@@ -226,7 +235,8 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
     }
     sgd_kernel<<<grid_for(max_numel, static_cast<int>(end - begin)), kBlock, 0, scope.stream()>>>(
         table, static_cast<float>(step.lr), static_cast<float>(step.weight_decay),
-        static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0);
+        static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0,
+        skip_if);
     NABLA_CUDA_CHECK_LAUNCH();
   }
 }

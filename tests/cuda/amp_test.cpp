@@ -14,6 +14,7 @@
 #include <limits>
 #include <vector>
 
+#include "nabla/core/cuda/stream.h"
 #include "parity_util.h"
 #include "test_util.h"
 
@@ -109,7 +110,8 @@ TEST(CudaAmp, FusedUnscaleMatchesTheCpuAndFlagsInfAndNaN) {
       ASSERT_TRUE(all_close(params[i].grad(), cpu_grads[i] / 1024.0, 0.0, 0.0)) << "gradient " << i;
     }
     EXPECT_EQ(params[7].grad().strides(), nb::channels_last_strides({2, 3, 4, 5}));
-    const bool stepped = scaler.step(opt);
+    scaler.step(opt);
+    const bool stepped = !scaler.found_inf();
     EXPECT_EQ(stepped, bad == 0.0);
     EXPECT_EQ(all_close(params[0], before[0], 0.0, 0.0), bad != 0.0);  // skipped: nothing moved
     scaler.update();
@@ -244,12 +246,14 @@ void compare_resnet50_step(nb::DType dtype) {
   EXPECT_GT(cosine({amp->layer4.parameters()[0].grad()}, {ref->layer4.parameters()[0].grad()}),
             fp16 ? 0.72 : 0.25);
   if (fp16) {
-    EXPECT_FALSE(scaler.step(opt)) << "PyTorch's scaler overflows at 65536 on this step; ours should too";
+    scaler.step(opt);
+    EXPECT_TRUE(scaler.found_inf()) << "PyTorch's scaler overflows at 65536 on this step; ours should too";
     scaler.update();
     EXPECT_EQ(scaler.get_scale(), 32768.0);
   } else {
     EXPECT_GT(cosine(g_amp, g_ref), 0.9 * 0.129);
-    EXPECT_TRUE(scaler.step(opt));
+    scaler.step(opt);
+    EXPECT_FALSE(scaler.found_inf());
     scaler.update();
   }
 }
@@ -264,4 +268,92 @@ TEST(CudaAmp, Resnet50Float16StepMatchesFloat32) {
 TEST(CudaAmp, Resnet50BFloat16StepMatchesFloat32) {
   if (!nb::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   compare_resnet50_step(nb::kBFloat16);
+}
+
+namespace {
+
+// Parameters for the device-skip test: a matrix, a channels_last conv weight and a bias.
+nb::TensorList skip_test_params(nb::Device device) {
+  nb::TensorList params;
+  params.push_back(random_input({64, 33}, test_seed() + 1, nb::kFloat32));
+  params.push_back(random_input({8, 3, 3, 3}, test_seed() + 2, nb::kFloat32));
+  params.push_back(random_input({17}, test_seed() + 3, nb::kFloat32));
+  for (auto& p : params) {
+    p = p.to(device);
+    if (p.dim() == 4) p = p.contiguous(nb::MemoryFormat::ChannelsLast);
+    p.requires_grad_(true);
+  }
+  return params;
+}
+
+// Tens of milliseconds of queued GPU work whose value is 0 (8192^3 products): a host that
+// waited for the device after it would find the stream idle.
+nb::Tensor slow_zero(const nb::Tensor& a) {
+  nb::Tensor m = a;
+  for (int i = 0; i < 8; ++i) m = nb::matmul(m, a);
+  return m.sum() * 0.0;
+}
+
+}  // namespace
+
+TEST(CudaAmp, GradScalerWithFusedSgdSkipsOnTheDeviceWithoutWaitingForIt) {
+  if (!nb::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const nb::Device gpu = nb::Device::cuda(0);
+  // Step 0 overflows, so the momentum buffers' first real update comes at step 1 (the kernel
+  // must leave them as if step 0 never happened); later overflows fall in the middle.
+  const std::vector<bool> overflow = {true, false, true, false, false, false, true, false};
+  int checked = 0;
+  nb::TensorList params = skip_test_params(gpu);
+  nb::TensorList reference = skip_test_params(nb::Device::cpu());
+  const nb::optim::SgdOptions sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3, .nesterov = true};
+  nb::optim::SGD opt(params, sgd);
+  nb::optim::SGD ref_opt(reference, sgd);
+  nb::amp::GradScaler scaler({.init_scale = 256.0});
+  const nb::Tensor slow_input =
+      random_input({8192, 8192}, test_seed() + 7, nb::kFloat32).to(gpu) * (1.0 / 8192);
+  for (size_t step = 0; step < overflow.size(); ++step) {
+    std::vector<nb::Tensor> coefficients;
+    for (size_t i = 0; i < params.size(); ++i) {
+      nb::Tensor c = random_input(params[i].sizes(), test_seed() + 100 * step + i, nb::kFloat32);
+      if (overflow[step] && i == 1)
+        c.view({-1}).narrow(0, 5, 1).fill_(std::numeric_limits<double>::infinity());
+      // In the parameter's layout, as a conv weight's gradient is: the fused update needs that.
+      if (c.dim() == 4) c = c.contiguous(nb::MemoryFormat::ChannelsLast);
+      coefficients.push_back(c);
+    }
+    // Scaled gradients, as backward would leave them, in the parameters' layouts, computed after
+    // the slow work on the stream. The host reads the scale now, while the GPU is idle.
+    const double scale = scaler.get_scale();
+    nb::TensorList on_gpu;  // copied before the slow work: a pageable copy waits for the stream
+    for (const auto& c : coefficients) {
+      nb::Tensor g = c.to(gpu);
+      on_gpu.push_back(g.dim() == 4 ? g.contiguous(nb::MemoryFormat::ChannelsLast) : g);
+    }
+    const nb::Tensor zero = slow_zero(slow_input);
+    for (size_t i = 0; i < params.size(); ++i) params[i].set_grad(on_gpu[i] * scale + zero);
+    // Neither step() nor update() waits for the device: when the slow work is still running
+    // before them, it still is after. (A first step may wait while the caching allocator grows;
+    // such a step checks nothing.)
+    EXPECT_EQ(params[1].grad().strides(), params[1].strides()) << "step " << step;
+    const bool busy = !nb::cuda::current_stream(0).query();
+    scaler.step(opt);
+    scaler.update();
+    if (busy) {
+      ++checked;
+      EXPECT_FALSE(nb::cuda::current_stream(0).query())
+          << "step " << step << ": step/update waited for the GPU";
+    }
+    if (!overflow[step]) {  // the reference takes only the steps that did not overflow
+      for (size_t i = 0; i < reference.size(); ++i) reference[i].set_grad(coefficients[i]);
+      ref_opt.step();
+    }
+    EXPECT_EQ(scaler.found_inf(), overflow[step]) << "step " << step;
+    for (size_t i = 0; i < params.size(); ++i) {
+      EXPECT_TRUE(all_close(params[i].to(nb::Device::cpu()), reference[i], 1e-5, 1e-6))
+          << "step " << step << ", parameter " << i;
+    }
+  }
+  EXPECT_GE(checked, 4) << "too few steps found the GPU still busy to tell";
+  EXPECT_EQ(scaler.get_scale(), 32.0);  // 256, backed off three times
+  EXPECT_EQ(params[1].strides(), nb::channels_last_strides({8, 3, 3, 3}));
 }

@@ -8,7 +8,7 @@ bool unscale_eligible(const Tensor&) {
   return false;
 }
 
-void multi_tensor_unscale(const TensorList&, double, const Tensor&) {
+void multi_tensor_unscale(const TensorList&, const Tensor&, const Tensor&) {
   NABLA_CHECK(false, "amp::cuda::multi_tensor_unscale: nabla was built without CUDA");
 }
 
