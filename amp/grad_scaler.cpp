@@ -51,7 +51,7 @@ double state_value(const std::map<std::string, Tensor>& state, const std::string
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions options)
-    : options_(options), scopes_at_construction_(autocast::enabled_scope_count()) {
+    : options_(std::move(options)), scopes_at_construction_(autocast::enabled_scope_count()) {
   check_options(options_);
 }
 
