@@ -85,8 +85,12 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options
   register_buffer("num_batches_tracked", num_batches_tracked);
 }
 
-// Counts the batch when it will update the running stats, and picks the statistics to use.
-BatchNormOptions BatchNorm2d::batch_norm_options() {
+// Checks x, counts the batch when it will update the running stats, and picks the statistics
+// to use.
+BatchNormOptions BatchNorm2d::batch_norm_options(const Tensor& x) {
+  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
+              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
+              describe(x));
   bool use_batch_stats = is_training() || !options_.track_running_stats;
   if (is_training() && options_.track_running_stats) {
     NoGradGuard no_grad;
@@ -96,26 +100,17 @@ BatchNormOptions BatchNorm2d::batch_norm_options() {
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
-              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
-              describe(x));
-  BatchNormOptions o = batch_norm_options();
+  const BatchNormOptions o = batch_norm_options(x);
   return batch_norm(x, weight, bias, running_mean, running_var, o);
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
-  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
-              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
-              describe(x));
-  BatchNormOptions o = batch_norm_options();
+  const BatchNormOptions o = batch_norm_options(x);
   return batch_norm_relu(x, weight, bias, running_mean, running_var, o);
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
-  NABLA_CHECK(x.dim() == 4 && x.size(1) == num_features_,
-              "BatchNorm2d({}): expected (N, {}, H, W) input, got {}", num_features_, num_features_,
-              describe(x));
-  BatchNormOptions o = batch_norm_options();
+  const BatchNormOptions o = batch_norm_options(x);
   return batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, o);
 }
 

@@ -78,7 +78,7 @@ class BatchNorm2d : public Module {
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
-  BatchNormOptions batch_norm_options();
+  BatchNormOptions batch_norm_options(const Tensor& x);
   int64_t num_features_;
   BatchNorm2dOptions options_;
 };
