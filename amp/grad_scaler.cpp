@@ -37,6 +37,11 @@ Tensor& flag_for(TensorList& flags, Device device) {
   return flags.back();
 }
 
+// A found-inf flag value is set when nonzero, NaN included.
+bool is_set(float flag) {
+  return flag != 0.0f || std::isnan(flag);
+}
+
 double state_value(const std::map<std::string, Tensor>& state, const std::string& key) {
   auto it = state.find(key);
   NABLA_CHECK(it != state.end(),
@@ -157,10 +162,7 @@ void GradScaler::step(optim::Optimizer& optimizer) {
   if (state.found_inf.size() == 1 && optimizer.step_unless(state.found_inf[0])) return;
   // The optimizer cannot skip on the device: read the flags (the one host wait of the step).
   bool found = false;
-  for (const Tensor& flag : state.found_inf) {
-    const float v = flag.item<float>();
-    found = found || v != 0.0f || std::isnan(v);
-  }
+  for (const Tensor& flag : state.found_inf) found = found || is_set(flag.item<float>());
   if (!found) optimizer.step();
 }
 
@@ -204,8 +206,7 @@ void GradScaler::update() {
 bool GradScaler::found_inf() {
   const Tensor flags = !per_optimizer_.empty() ? flag_sum() : last_found_;
   if (!flags.defined()) return false;
-  const float v = flags.item<float>();
-  return v != 0.0f || std::isnan(v);
+  return is_set(flags.item<float>());
 }
 
 double GradScaler::get_scale() const {

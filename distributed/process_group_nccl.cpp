@@ -211,8 +211,10 @@ struct ProcessGroupNccl::State {
       t.done->record(stream);
       std::lock_guard lock(mutex);
       pending.push_back({t.done, Clock::now(), t.what});
-    } catch (const std::exception&) {
-      // settle aborted the group (or it had failed)
+    } catch (const std::exception& e) {
+      // settle has aborted the group already; any other failure (a CUDA error on the wait or
+      // the event) must too, or a waiter would take the unrecorded done event for a finished one.
+      abort(fmt::format("{} could not be launched: {}", t.what, e.what()));
     }
   }
 
@@ -441,11 +443,9 @@ std::shared_ptr<Work> run(const std::shared_ptr<ProcessGroupNccl::State>& state,
   ticket->what = what;
   if (!s.launch_when_ready) {
     // Eager: on the communication stream now, behind a device-side wait for the caller's stream.
-    ticket->ready->block(s.stream);
-    s.settle(ticket->call(static_cast<cudaStream_t>(s.stream.handle())), what);
-    ticket->done->record(s.stream);
+    s.put_on_stream(*ticket, /*device_wait=*/true);
+    s.check_healthy(what);  // throws if the launch failed (put_on_stream aborted the group)
     std::lock_guard lock(s.mutex);
-    s.pending.push_back({ticket->done, Clock::now(), what});
     ticket->launched = true;
     ticket->keep.clear();
   } else {

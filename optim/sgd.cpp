@@ -84,6 +84,9 @@ void SGD::update(const Tensor& skip_if) {
         fused_first.push_back(first);
         continue;
       }
+      // step_unless took this path only after checking every tensor is fused, so the skip is
+      // never lost on an unfused one.
+      NABLA_ASSERT(!skip_if.defined());
       Tensor d_p = grad;
       if (wd != 0.0) d_p = add(d_p, param, wd);
       if (momentum != 0.0) {
