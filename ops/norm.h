@@ -14,7 +14,8 @@
 // and running stats may be undefined in training (no tracking). A channels_last x gives a
 // channels_last result.
 //
-// On CUDA, batch norm runs on cuDNN (Note [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp);
+// On CUDA, batch norm runs on cuDNN for channels_last input and on nabla's own kernels for
+// contiguous input (Note [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp);
 // the fused variants use cuDNN's fused kernels for channels_last float16/bfloat16 input in
 // training, and everywhere else compose batch_norm, add and relu, with identical results.
 #pragma once

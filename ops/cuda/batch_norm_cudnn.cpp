@@ -1,17 +1,14 @@
 // CUDA batch norm on cuDNN, and the choice between cuDNN and nabla's own kernels.
 //
 // Note [cuDNN batch norm]
-// x reaches us dense, contiguous or channels_last (the front end sees to it), and is described
-// to cuDNN as it is: a contiguous (N, C, *) as NCHW (N, C, prod(*), 1), a channels_last
-// (N, C, H, W) as NHWC, so nothing is transposed.
-//  - Training, contiguous: cudnnBatchNormalizationForwardTraining / Backward with
-//    CUDNN_BATCHNORM_SPATIAL.
-//  - Training, channels_last: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in
+// x reaches us dense, contiguous or channels_last (the front end sees to it). Only channels_last
+// (N, C, H, W) goes to cuDNN, described as NHWC, so nothing is transposed:
+//  - Training: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in
 //    CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's fast NHWC kernels) for
 //    float16/bfloat16/float32, and CUDNN_BATCHNORM_SPATIAL for float64. Its reserve space goes
 //    to the backward.
-//  - Eval: cudnnBatchNormalizationForwardInference, CUDNN_BATCHNORM_SPATIAL (cuDNN has no eval
-//    backward; the front end writes that one with ops).
+//  - Eval (float16/float32/float64): cudnnBatchNormalizationForwardInference,
+//    CUDNN_BATCHNORM_SPATIAL (cuDNN has no eval backward; the front end writes that one with ops).
 //  - Fused (batch_norm_relu / batch_norm_add_relu, channels_last float16/bfloat16, training):
 //    the Ex API in SPATIAL_PERSISTENT mode with bnOps BN_ACTIVATION or BN_ADD_ACTIVATION and a
 //    ReLU activation descriptor; workspace and reserve sizes come from the matching Get*Size
@@ -19,12 +16,16 @@
 // cuDNN saves the batch mean and the inverse standard deviation, the same pair as nabla's
 // kernels, and updates the running variance with the unbiased batch variance, as PyTorch does.
 //
-// Where cuDNN does not go: bfloat16 outside channels_last training (PyTorch's cuDNN path leaves
-// bfloat16 out altogether), batches past cuDNN's limits (N > 880801 in training, > 65535 in eval),
-// more than 2^31 elements, and any call cuDNN answers with a NOT_SUPPORTED status (checked
-// before it runs anything). Those run on nabla's kernels (batch_norm.cu) with the same results;
-// a fused call that cuDNN refuses is composed from the unfused ops by the front end. Nothing is
-// ever silently skipped: any other cuDNN status throws.
+// Where cuDNN does not go: contiguous (NCHW and (N, C, *)) inputs, whose cuDNN kernels
+// (cudnnBatchNormalizationForwardTraining / Backward / ForwardInference) nabla's own are faster
+// than: ResNet-50 training on an H200, batch 256, went from 117.8 to 99.8 ms per step in float32
+// and from 85.4 to 60.7 ms in float16 when they moved (docs/performance.md, session 6). Also
+// bfloat16 eval (PyTorch's cuDNN path leaves bfloat16 out altogether), batches past cuDNN's
+// limits (N > 880801 in training, > 65535 in eval), more than 2^31 elements, and any call cuDNN
+// answers with a NOT_SUPPORTED status (checked before it runs anything). Those run on nabla's
+// kernels (batch_norm.cu) with the same results; a fused call that cuDNN refuses is composed
+// from the unfused ops by the front end. Nothing is ever silently skipped: any other cuDNN
+// status throws.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
@@ -110,9 +111,10 @@ bool is_nhwc(const Tensor& x) {
 // Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
 bool cudnn_can_take(const Tensor& x, bool training, double eps) {
   const int64_t limit = training ? 880801 : 65535;
+  if (!is_nhwc(x)) return false;
   // bfloat16 goes only to the NHWC training kernels (the Ex API), which cuDNN runs at float16's
-  // speed; nabla's own kernels were 10 ms of a 48 ms ResNet-50 bf16 step on four downsample BNs.
-  if (x.dtype() == kBFloat16 && !(training && is_nhwc(x))) return false;
+  // speed.
+  if (x.dtype() == kBFloat16 && !training) return false;
   if (x.size(0) > limit || x.numel() >= INT_MAX) return false;
   if (eps < CUDNN_BN_MIN_EPSILON) return false;
   return true;
@@ -128,19 +130,14 @@ struct Blend {
   const void* zero() const { return is_double ? static_cast<const void*>(&zero_d) : &zero_f; }
 };
 
-// The descriptors of one call: x (also y, dy, dx, z) and the per-channel tensors.
+// The descriptors of one call: x (also y, dy, dx, z), always NHWC, and the per-channel tensors.
 struct Descs {
   TensorDesc x, param;
   Descs(const Tensor& t, cudnnBatchNormMode_t mode) {
-    const int n = static_cast<int>(t.size(0)), c = static_cast<int>(t.size(1));
-    if (is_nhwc(t)) {
-      NABLA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NHWC, cudnn_type(t.dtype()), n, c,
-                                                   static_cast<int>(t.size(2)), static_cast<int>(t.size(3))));
-    } else {
-      const int s = static_cast<int>(t.numel() / (t.size(0) * t.size(1)));
-      NABLA_CUDNN_CHECK(
-          cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NCHW, cudnn_type(t.dtype()), n, c, s, 1));
-    }
+    NABLA_ASSERT(is_nhwc(t), "cuDNN batch norm takes channels_last inputs only, got {}", describe(t));
+    NABLA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NHWC, cudnn_type(t.dtype()),
+                                                 static_cast<int>(t.size(0)), static_cast<int>(t.size(1)),
+                                                 static_cast<int>(t.size(2)), static_cast<int>(t.size(3))));
     NABLA_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(param.get(), x.get(), mode));
   }
 };
@@ -205,9 +202,7 @@ BatchNormGrads with_all_param_grads(const BatchNormGrads& g, const Tensor& x, co
   const auto param_empty = [&] { return Tensor::empty({x.size(1)}, stats.mean.options()); };
   if (!all.dx.defined())
     all.dx = Tensor::empty(
-        x.sizes(), {.dtype = x.dtype(),
-                    .device = x.device(),
-                    .memory_format = is_nhwc(x) ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous});
+        x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = MemoryFormat::ChannelsLast});
   if (!all.dweight.defined()) all.dweight = param_empty();
   if (!all.dbias.defined()) all.dbias = param_empty();
   return all;
@@ -246,26 +241,13 @@ BatchNormForward batch_norm_forward(const BatchNormInputs& in, const Tensor& y, 
   const Tensor& x = in.x;
   if (cudnn_can_take(x, /*training=*/true, eps)) {
     CurrentDevice device(x.device().index);
-    if (is_nhwc(x)) {
-      // Persistent first where the dtype allows it, then plain spatial.
-      for (bool persistent : {x.dtype() != kFloat64, false}) {
-        const auto mode = persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
-        std::optional<Tensor> reserve =
-            forward_ex(in, Tensor(), y, stats, momentum, eps, mode, CUDNN_BATCHNORM_OPS_BN, nullptr);
-        if (reserve) return {.impl = BatchNormImpl::CudnnEx, .reserve = *reserve, .persistent = persistent};
-        if (!persistent) break;
-      }
-    } else {
-      const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
-      const auto [w, b] = affine_params(in, stats.mean.dtype());
-      const Blend blend(x.dtype());
-      if (NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardTraining(
-              nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), d.x.get(),
-              x.data_ptr(), d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(), momentum,
-              ptr_or_null(in.running_mean), ptr_or_null(in.running_var), eps, stats.mean.data_ptr(),
-              stats.invstd.data_ptr()))) {
-        return {.impl = BatchNormImpl::Cudnn, .reserve = Tensor(), .persistent = false};
-      }
+    // Persistent first where the dtype allows it, then plain spatial.
+    for (bool persistent : {x.dtype() != kFloat64, false}) {
+      const auto mode = persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+      std::optional<Tensor> reserve =
+          forward_ex(in, Tensor(), y, stats, momentum, eps, mode, CUDNN_BATCHNORM_OPS_BN, nullptr);
+      if (reserve) return {.impl = BatchNormImpl::CudnnEx, .reserve = *reserve, .persistent = persistent};
+      if (!persistent) break;
     }
   }
   batch_norm_forward_kernel(in, y, stats, momentum, eps);
@@ -296,22 +278,10 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     CurrentDevice device(x.device().index);
     const BatchNormGrads g = with_all_param_grads(grads, x, stats);
     const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
-    if (forward.impl == BatchNormImpl::CudnnEx) {
-      const auto mode = forward.persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
-      if (backward_ex(dy, x, Tensor(), w, Tensor(), stats, forward.reserve, eps, mode, CUDNN_BATCHNORM_OPS_BN,
-                      nullptr, g)) {
-        return;
-      }
-    } else {
-      const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
-      const Blend blend(x.dtype());
-      if (NABLA_CUDNN_RAN(cudnnBatchNormalizationBackward(
-              nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), blend.one(),
-              blend.zero(), d.x.get(), x.data_ptr(), d.x.get(), dy.data_ptr(), d.x.get(), g.dx.data_ptr(),
-              d.param.get(), w.data_ptr(), g.dweight.data_ptr(), g.dbias.data_ptr(), eps,
-              stats.mean.data_ptr(), stats.invstd.data_ptr()))) {
-        return;
-      }
+    const auto mode = forward.persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
+    if (backward_ex(dy, x, Tensor(), w, Tensor(), stats, forward.reserve, eps, mode, CUDNN_BATCHNORM_OPS_BN,
+                    nullptr, g)) {
+      return;
     }
   }
   // The saved mean and inverse std are the same pair whichever path made them.

@@ -2,10 +2,10 @@
 // without nvcc. Same tensor contracts as ops/cpu/norm_kernels.h. Everything runs on the current
 // stream of x's device and never synchronizes.
 //
-// A training-mode batch norm forward runs on cuDNN where cuDNN supports the call and on nabla's
-// own kernels otherwise (Note [cuDNN batch norm] in batch_norm_cudnn.cpp); it reports which, and
-// its backward must be given that report back, because cuDNN's backward needs the matching mode
-// and, for the Ex API, the reserve space that the forward filled.
+// A training-mode batch norm forward runs on cuDNN for channels_last input where cuDNN supports
+// the call, and on nabla's own kernels otherwise (Note [cuDNN batch norm] in
+// batch_norm_cudnn.cpp). It reports which, and its backward must be given that report back,
+// because cuDNN's backward needs the matching mode and the reserve space the forward filled.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,6 @@ using BatchNormStats = cpu::BatchNormStats;
 
 enum class BatchNormImpl : uint8_t {
   Kernel,   // nabla's kernels (batch_norm.cu)
-  Cudnn,    // cudnnBatchNormalizationForwardTraining / Backward, CUDNN_BATCHNORM_SPATIAL
   CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
 };
 

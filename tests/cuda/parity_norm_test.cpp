@@ -1,9 +1,11 @@
 // CUDA batch norm and layer norm against the CPU backend: forward, backward and running-stat
 // updates for every floating dtype, contiguous and channels_last inputs, train and eval, the
-// cuDNN paths and nabla's fallback kernels (bfloat16, batches past cuDNN's limits), the fused
+// cuDNN paths (channels_last) and nabla's kernels (contiguous input, bfloat16 eval, batches past
+// cuDNN's limits, and called directly at shapes that split a channel over blocks), the fused
 // cuDNN BN + add + ReLU kernel against the composed ops, and layer norm on short, warp-sized
 // and block-sized rows.
 #include <iostream>
+#include <optional>
 
 #include "nabla/ops/cuda/norm_kernels.h"
 #include "parity_util.h"
@@ -143,6 +145,90 @@ TEST(CudaParityBatchNorm, BatchesPastCudnnLimitsRunOnNablaKernels) {
   }
 }
 
+// nabla's kernels called directly (cuDNN would take these calls) at shapes where a channel's sum
+// is split over many blocks, in both layouts and with a mean far from zero (the one-pass
+// variance is shifted by a sample of the channel; unshifted, float32 would lose it), against
+// float64 on the CPU from the same values.
+TEST(CudaParityBatchNorm, NablaKernelsSplitChannelSumsAndKeepTheVarianceOfAnOffsetInput) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  struct Case {
+    const char* name;
+    Shape shape;
+    bool channels_last;
+  };
+  const std::vector<Case> cases = {
+      {"NCHW, 8-wide planes", {32, 16, 32, 32}, false},
+      {"NCHW, odd planes", {64, 24, 7, 7}, false},
+      {"NHWC", {32, 40, 16, 16}, true},
+      {"(N, C) tall", {200000, 5}, false},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {kFloat32, kFloat64}) {
+      const int64_t ch = c.shape[1];
+      Tensor x = random_values(c.shape, ++seed, dtype) * 0.5 + 100.0;
+      if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+      const Tensor g = random_values(c.shape, ++seed, dtype);
+      const Tensor w = random_values({ch}, ++seed, dtype), b = random_values({ch}, ++seed, dtype);
+      const Tensor rm = random_values({ch}, ++seed, dtype), rv = random_values({ch}, ++seed, dtype, true);
+      const BatchNormOptions o{.momentum = 0.3, .eps = 1e-5};
+      const BnRun ref = run_batch_norm(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), rm.to(kFloat64),
+                                       rv.to(kFloat64), g.to(kFloat64), Device::cpu(), o);
+
+      const Tensor xd = to_cuda(x), gd = to_cuda(g).contiguous(x.suggest_memory_format());
+      const Tensor wd = to_cuda(w), bd = to_cuda(b), rmd = to_cuda(rm), rvd = to_cuda(rv);
+      const Tensor y = empty_like(xd), dx = empty_like(xd), dw = empty_like(wd), db = empty_like(bd);
+      const ops::cuda::BatchNormStats stats{empty_like(wd), empty_like(wd)};
+      ops::cuda::batch_norm_forward_kernel({xd, wd, bd, rmd, rvd}, y, stats, o.momentum, o.eps);
+      ops::cuda::batch_norm_backward_kernel(gd, xd, wd, stats, {dx, {}, dw, db});
+      const Tensor yi = empty_like(xd);
+      ops::cuda::batch_norm_inference_kernel({xd, wd, bd, rmd, rvd}, yi, o.eps);
+      const Tensor yi_ref =
+          run_batch_norm(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), ref.running_mean, ref.running_var,
+                         g.to(kFloat64), Device::cpu(), {.training = false, .eps = o.eps})
+              .y;
+
+      // x is 100 +- 1 in float32: x - mean carries x's rounding, about 1e-5 of a standard deviation.
+      const Tolerance tol = dtype == kFloat64 ? Tolerance{1e-9, 1e-9} : Tolerance{2e-4, 2e-4};
+      const std::string what = context("kernels", dtype, c.name);
+      EXPECT_TRUE(matches_cpu(y, ref.y.to(dtype), tol)) << what << " y";
+      EXPECT_TRUE(matches_cpu(rmd, ref.running_mean.to(dtype), tol)) << what << " running_mean";
+      EXPECT_TRUE(matches_cpu(rvd, ref.running_var.to(dtype), tol)) << what << " running_var";
+      EXPECT_TRUE(matches_cpu(dx, ref.dx.to(dtype), tol)) << what << " dx";
+      EXPECT_TRUE(matches_cpu(dw, ref.dw.to(dtype), Tolerance{tol.rtol * 10, tol.atol * 10}))
+          << what << " dw";
+      EXPECT_TRUE(matches_cpu(db, ref.db.to(dtype), Tolerance{tol.rtol * 10, tol.atol * 10}))
+          << what << " db";
+      EXPECT_TRUE(matches_cpu(yi, yi_ref.to(dtype), tol)) << what << " eval y";
+      if (c.channels_last) EXPECT_TRUE(y.is_contiguous(MemoryFormat::ChannelsLast)) << what;
+    }
+  }
+}
+
+// bfloat16 NCHW training and bfloat16 eval run on nabla's kernels through the public op, at
+// ResNet-like shapes (8-wide, 4-wide and odd planes; channels_last eval).
+TEST(CudaParityBatchNorm, BFloat16OnNablaKernelsMatchesTheCpuAtResNetShapes) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (const BnCase& c : std::vector<BnCase>{{"28x28", {16, 64, 28, 28}},
+                                             {"14x14", {8, 48, 14, 14}},
+                                             {"7x7", {16, 96, 7, 7}},
+                                             {"NHWC", {8, 64, 14, 14}, true}}) {
+    const int64_t ch = c.shape[1];
+    Tensor x = random_values(c.shape, ++seed, kBFloat16) * 2.0 + 0.5;
+    if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+    const Tensor g = random_values(c.shape, ++seed, kBFloat16);
+    const Tensor w = random_values({ch}, ++seed, kFloat32), b = random_values({ch}, ++seed, kFloat32);
+    const Tensor rm = random_values({ch}, ++seed, kFloat32), rv = random_values({ch}, ++seed, kFloat32, true);
+    for (bool training : {true, false}) {
+      const BatchNormOptions o{.training = training, .momentum = 0.2};
+      const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
+      const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
+      expect_runs_match(gpu, cpu, kBFloat16, context(training ? "train" : "eval", kBFloat16, c.name));
+    }
+  }
+}
+
 // relu(bn(x) [+ z]) composed on the CPU in float64 from the same 16-bit inputs, and its
 // gradients: the reference that the fused cuDNN kernel, which rounds once, should meet. (The
 // composed 16-bit ops round bn(x) before the add, which moves the ReLU's mask wherever
@@ -177,12 +263,15 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
       Tensor xd = to_cuda(x), zd = to_cuda(z), y = empty_like(xd);
       const ops::cuda::BatchNormStats stats{zeros({32}, {.device = Device::cuda()}),
                                             zeros({32}, {.device = Device::cuda()})};
-      fused =
-          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5)
-              .has_value();
+      const std::optional<Tensor> reserve =
+          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5);
+      fused = reserve.has_value();
       if (dtype == kFloat16) EXPECT_TRUE(fused) << "cuDNN refused the fused float16 NHWC BN + add + ReLU";
+      // The reserve space lives from forward to backward: its size per element is part of the
+      // fused path's memory cost against PyTorch's unfused BN + ReLU.
       std::cout << "[   INFO   ] fused BN + add + ReLU, " << dtype_name(dtype) << ": "
-                << (fused ? "cuDNN Ex kernel" : "cuDNN refused it; composed ops") << "\n";
+                << (fused ? "cuDNN Ex kernel" : "cuDNN refused it; composed ops") << ", reserve "
+                << (fused ? reserve->nbytes() : 0) << " bytes for " << xd.numel() << " elements\n";
     }
     // One rounding of y against the float64 reference, or the same ops as the CPU's.
     const Tolerance out = dtype == kFloat16 ? Tolerance{4e-3, 1e-2} : Tolerance{2e-2, 3e-2};
