@@ -220,11 +220,12 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   return y;
 }
 
-// ---- fused (cuDNN Ex) path -------------------------------------------------------------------
+// ---- fused path: cuDNN Ex (channels_last, 16-bit) or nabla's kernels (contiguous) -------------
 
 bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
-  return options.training && x.is_cuda() && (x.dtype() == kFloat16 || x.dtype() == kBFloat16) &&
-         is_channels_last(x);
+  if (!options.training || !x.is_cuda()) return false;
+  if (x.is_contiguous()) return true;
+  return (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && is_channels_last(x);
 }
 
 TensorList fused_backward(const Tensor& grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
@@ -236,32 +237,33 @@ TensorList fused_backward(const Tensor& grad, const ops::cuda::FusedBatchNormSav
     g.dresidual = saved.add ? empty_like_layout(x) : Tensor();
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);
-    ops::cuda::batch_norm_fused_backward(grad.contiguous(MemoryFormat::ChannelsLast), saved, eps, g);
+    ops::cuda::batch_norm_fused_backward(grad.contiguous(format_of(x)), saved, eps, g);
   }
   const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
   record_no_double_backward(name, {grad, saved.x, saved.weight}, {g.dx, g.dresidual, g.dweight, g.dbias});
   return {g.dx, g.dresidual, g.dweight, g.dbias};
 }
 
-// The fused cuDNN forward, or an undefined tensor when cuDNN cannot run it.
+// The fused forward, or an undefined tensor when it cannot run (cuDNN refused the call).
 Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, const Tensor& weight,
                  const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
                  const BatchNormOptions& options) {
-  const TensorOptions params{.dtype = kFloat32, .device = x.device()};
+  const TensorOptions params{.dtype = param_dtype(x.dtype()), .device = x.device()};
   const Tensor w = weight.defined() ? weight.contiguous() : ones({x.size(1)}, params);
   const Tensor b = bias.defined() ? bias.contiguous() : zeros({x.size(1)}, params);
-  const Tensor z = residual.defined() ? residual.contiguous(MemoryFormat::ChannelsLast) : Tensor();
+  const Tensor z = residual.defined() ? residual.contiguous(format_of(x)) : Tensor();
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
-  std::optional<Tensor> reserve = ops::cuda::batch_norm_fused_forward(
+  const std::optional<ops::cuda::BatchNormForward> forward = ops::cuda::batch_norm_fused_forward(
       {x, w, b, running_mean, running_var}, z, y, stats, options.momentum, options.eps);
-  if (!reserve) return {};
+  if (!forward) return {};
   bump_running_stats(running_mean, running_var);
   if (autograd::needs_grad({x, z, w, b})) {
     const double eps = options.eps;
     const bool add = residual.defined();
-    autograd::record(node, {x, z, w, b}, {y}, {x, y, w, b, *reserve, stats.mean, stats.invstd},
-                     [eps, add](BackwardContext& ctx) {
+    const ops::cuda::BatchNormImpl impl = forward->impl;
+    autograd::record(node, {x, z, w, b}, {y}, {x, y, w, b, forward->reserve, stats.mean, stats.invstd},
+                     [eps, add, impl](BackwardContext& ctx) {
                        const auto& s = ctx.saved;
                        const ops::cuda::FusedBatchNormSaved saved{.x = s[0],
                                                                   .y = s[1],
@@ -269,7 +271,8 @@ Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, cons
                                                                   .bias = s[3],
                                                                   .reserve = s[4],
                                                                   .stats = {s[5], s[6]},
-                                                                  .add = add};
+                                                                  .add = add,
+                                                                  .impl = impl};
                        return fused_backward(ctx.grad(), saved, eps);
                      });
   }

@@ -15,9 +15,11 @@
 // channels_last result.
 //
 // On CUDA, batch norm runs on cuDNN for channels_last input and on nabla's own kernels for
-// contiguous input (Note [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp);
-// the fused variants use cuDNN's fused kernels for channels_last float16/bfloat16 input in
-// training, and everywhere else compose batch_norm, add and relu, with identical results.
+// contiguous input (Note [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp). In training the
+// fused variants run as one pass too: cuDNN's fused kernels for channels_last float16/bfloat16
+// input, nabla's kernels (ReLU and add in the normalizing pass, the mask in the backward) for
+// contiguous input. Elsewhere (eval, the CPU, channels_last float32/float64) they compose
+// batch_norm, add and relu, with the same results.
 #pragma once
 
 #include "nabla/core/tensor.h"

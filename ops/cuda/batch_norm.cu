@@ -60,6 +60,11 @@ __device__ __forceinline__ void store_vec(T* p, const acc_t<T> (&in)[V]) {
   *reinterpret_cast<Vec<T, V>*>(p) = out;
 }
 
+template <typename P>
+P* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<P*>(t.data_ptr()) : nullptr;
+}
+
 bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -118,17 +123,29 @@ struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the c
   }
 };
 
+// dy through a ReLU whose output was y (zero where y <= 0); dy itself without one.
+template <typename T, int V>
+__device__ __forceinline__ void load_grad(const T* dy, const T* relu_y, int64_t off, acc_t<T> (&g)[V]) {
+  load_vec<T, V>(dy + off, g);
+  if (!relu_y) return;
+  acc_t<T> y[V];
+  load_vec<T, V>(relu_y + off, y);
+#pragma unroll
+  for (int j = 0; j < V; ++j) g[j] = y[j] > acc_t<T>(0) ? g[j] : acc_t<T>(0);
+}
+
 template <typename T>
-struct GradTerms {  // sum(dy), sum(dy * (x - mean))
+struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused ReLU's output
   using A = acc_t<T>;
   const T* dy;
   const T* x;
+  const T* relu_y;  // null: no ReLU
   const A* mean;
   __device__ A prepare(int64_t c) const { return mean[c]; }
   template <int V>
   __device__ void add(int64_t off, A m, A& s0, A& s1) const {
     A g[V], v[V];
-    load_vec<T, V>(dy + off, g);
+    load_grad<T, V>(dy, relu_y, off, g);
     load_vec<T, V>(x + off, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -308,12 +325,14 @@ __device__ __forceinline__ int64_t channel_of(int64_t e0, int64_t channels, int6
   return inner == 1 ? e0 % channels : (e0 / inner) % channels;
 }
 
-// y = (x - mean[c]) * invstd[c] * w[c] + b[c]; with `from_var`, `scale` holds variances.
+// y = (x - mean[c]) * invstd[c] * w[c] + b[c]; with `from_var`, `scale` holds variances. The
+// fused variants add z and/or apply a ReLU to that.
 template <typename T, int V>
 __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
                                  int64_t inner, const acc_t<T>* __restrict__ mean,
                                  const acc_t<T>* __restrict__ scale, bool from_var, double eps,
-                                 const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b) {
+                                 const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
+                                 const T* __restrict__ z, bool relu) {
   using A = acc_t<T>;
   const int64_t step = inner == 1 ? 1 : 0;
   for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < numel / V;
@@ -328,16 +347,28 @@ __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int
       if (w) k *= w[c];
       v[j] = (v[j] - mean[c]) * k + (b ? b[c] : A(0));
     }
+    if (z) {
+      A zv[V];
+      load_vec<T, V>(z + g * V, zv);
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] += zv[j];
+    }
+    if (relu) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
+    }
     store_vec<T, V>(y + g * V, v);
   }
 }
 
-// dx = w * invstd * (dy - mean(dy) - (x - mean) * invstd^2 * mean(dy * (x - mean))).
+// dx = w * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean))), g = dy masked
+// by the fused ReLU's output y when there is one; dz = g for the fused add.
 template <typename T, int V>
 __global__ void grad_input_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
                                   int64_t numel, int64_t channels, int64_t inner, int64_t per_channel,
                                   const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
-                                  const acc_t<T>* __restrict__ sums, const acc_t<T>* __restrict__ w) {
+                                  const acc_t<T>* __restrict__ sums, const acc_t<T>* __restrict__ w,
+                                  const T* __restrict__ relu_y, T* __restrict__ dz) {
   using A = acc_t<T>;
   const A count = static_cast<A>(per_channel);
   const int64_t step = inner == 1 ? 1 : 0;
@@ -345,8 +376,9 @@ __global__ void grad_input_kernel(const T* __restrict__ dy, const T* __restrict_
        g += int64_t{gridDim.x} * blockDim.x) {
     const int64_t c0 = channel_of(g * V, channels, inner);
     A gv[V], xv[V];
-    load_vec<T, V>(dy + g * V, gv);
+    load_grad<T, V>(dy, relu_y, g * V, gv);
     load_vec<T, V>(x + g * V, xv);
+    if (dz) store_vec<T, V>(dz + g * V, gv);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t c = c0 + j * step;
@@ -359,15 +391,10 @@ __global__ void grad_input_kernel(const T* __restrict__ dy, const T* __restrict_
   }
 }
 
-template <typename P>
-P* ptr(const Tensor& t) {
-  return t.defined() ? static_cast<P*>(t.data_ptr()) : nullptr;
-}
-
 }  // namespace
 
 void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                               double momentum, double eps) {
+                               double momentum, double eps, const Tensor& z, bool relu) {
   const ChannelBlocks b = blocks_of(in.x);
   if (b.channels == 0) return;
   const cudaStream_t stream = stream_for(in.x);
@@ -375,7 +402,8 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
     using A = acc_t<T>;
     const auto* x = static_cast<const T*>(in.x.data_ptr());
     auto* yp = static_cast<T*>(y.data_ptr());
-    const int vec = vector_width<T>(b, {x, yp});
+    const auto* zp = ptr<const T>(z);
+    const int vec = vector_width<T>(b, {x, yp, zp});
     int64_t splits = 0;
     const Tensor partial = channel_sums<T>(StatsTerms<T>{x, b.inner}, b, vec, stats.mean, stream, &splits);
     stats_finalize_kernel<T><<<channel_blocks(b.channels), kBlockSize, 0, stream>>>(
@@ -386,7 +414,7 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
     with_width<T>(vec, [&]<int V>() {
       normalize_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream>>>(
           x, yp, numel, b.channels, b.inner, ptr<A>(stats.mean), ptr<A>(stats.invstd), false, eps,
-          ptr<A>(in.weight), ptr<A>(in.bias));
+          ptr<A>(in.weight), ptr<A>(in.bias), zp, relu);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
@@ -403,14 +431,15 @@ void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, dou
     with_width<T>(vector_width<T>(b, {x, yp}), [&]<int V>() {
       normalize_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream_for(in.x)>>>(
           x, yp, numel, b.channels, b.inner, ptr<A>(in.running_mean), ptr<A>(in.running_var), true, eps,
-          ptr<A>(in.weight), ptr<A>(in.bias));
+          ptr<A>(in.weight), ptr<A>(in.bias), nullptr, false);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
 }
 
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                const BatchNormStats& stats, const BatchNormGrads& grads) {
+                                const BatchNormStats& stats, const BatchNormGrads& grads,
+                                const Tensor& relu_y) {
   const ChannelBlocks b = blocks_of(x);
   if (b.channels == 0) return;
   const cudaStream_t stream = stream_for(x);
@@ -420,20 +449,23 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     const auto* xp = static_cast<const T*>(x.data_ptr());
     const auto* dyp = static_cast<const T*>(dy.data_ptr());
     auto* dxp = ptr<T>(grads.dx);
-    const int vec = vector_width<T>(b, {xp, dyp, dxp});
+    auto* dzp = ptr<T>(grads.dresidual);
+    const auto* yp = ptr<const T>(relu_y);
+    const int vec = vector_width<T>(b, {xp, dyp, dxp, dzp, yp});
     int64_t splits = 0;
     const Tensor partial =
-        channel_sums<T>(GradTerms<T>{dyp, xp, ptr<A>(stats.mean)}, b, vec, stats.mean, stream, &splits);
+        channel_sums<T>(GradTerms<T>{dyp, xp, yp, ptr<A>(stats.mean)}, b, vec, stats.mean, stream, &splits);
     grad_finalize_kernel<A><<<channel_blocks(b.channels), kBlockSize, 0, stream>>>(
         ptr<A>(partial), splits, b.channels, ptr<A>(stats.invstd), ptr<A>(sums), ptr<A>(grads.dweight),
         ptr<A>(grads.dbias));
     NABLA_CUDA_CHECK_LAUNCH();
+    NABLA_ASSERT(dxp || !dzp, "batch_norm_backward_kernel: dresidual without dx");
     if (!dxp) return;
     const int64_t numel = x.numel();
     with_width<T>(vec, [&]<int V>() {
       grad_input_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream>>>(
           dyp, xp, dxp, numel, b.channels, b.inner, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
-          ptr<A>(sums), ptr<A>(weight));
+          ptr<A>(sums), ptr<A>(weight), yp, dzp);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });

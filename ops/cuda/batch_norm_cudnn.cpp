@@ -288,18 +288,30 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
   batch_norm_backward_kernel(dy, x, weight, stats, grads);
 }
 
-std::optional<Tensor> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
-                                               const BatchNormStats& stats, double momentum, double eps) {
+std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,
+                                                         const Tensor& y, const BatchNormStats& stats,
+                                                         double momentum, double eps) {
   const Tensor& x = in.x;
+  if (!is_nhwc(x)) {
+    batch_norm_forward_kernel(in, y, stats, momentum, eps, z, /*relu=*/true);
+    return BatchNormForward{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
+  }
   if (x.size(0) > 880801 || x.numel() >= INT_MAX || eps < CUDNN_BN_MIN_EPSILON) return std::nullopt;
   CurrentDevice device(x.device().index);
   const ReluDesc relu;
   const auto ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-  return forward_ex(in, z, y, stats, momentum, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &relu);
+  std::optional<Tensor> reserve =
+      forward_ex(in, z, y, stats, momentum, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &relu);
+  if (!reserve) return std::nullopt;
+  return BatchNormForward{.impl = BatchNormImpl::CudnnEx, .reserve = *reserve, .persistent = true};
 }
 
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, double eps,
                                const BatchNormGrads& grads) {
+  if (s.impl == BatchNormImpl::Kernel) {
+    batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
+    return;
+  }
   CurrentDevice device(s.x.device().index);
   const ReluDesc relu;
   const auto ops = s.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
@@ -307,15 +319,8 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, d
                   ops, &relu, grads)) {
     return;
   }
-  // cuDNN ran the forward but refuses its backward: the ReLU's gradient, then nabla's kernel.
-  const Tensor masked = grads.dresidual.defined()
-                            ? grads.dresidual
-                            : Tensor::empty(dy.sizes(), {.dtype = dy.dtype(),
-                                                         .device = dy.device(),
-                                                         .memory_format = MemoryFormat::ChannelsLast});
-  binary(BinaryOp::ThresholdBackward, dy, s.y, masked, 1.0);
-  batch_norm_backward_kernel(masked, s.x, s.weight, s.stats,
-                             {grads.dx, Tensor(), grads.dweight, grads.dbias});
+  // cuDNN ran the forward but refuses its backward: nabla's kernel, masked by the ReLU's output.
+  batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
 }
 
 }  // namespace nabla::ops::cuda

@@ -43,25 +43,32 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
                          const BatchNormForward& forward, double eps, const BatchNormGrads& grads);
 
 // nabla's own kernels, used when cuDNN cannot run a call (also by batch_norm_backward for
-// forwards that ran on them). Same contracts as the CPU kernels.
+// forwards that ran on them). Same contracts as the CPU kernels, plus the fused variants: the
+// forward adds z (defined: x's shape and layout) and/or applies a ReLU; the backward takes that
+// ReLU's output y as relu_y (the gradient is masked where y <= 0) and writes the masked gradient
+// to grads.dresidual when that is defined.
 void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                               double momentum, double eps);
+                               double momentum, double eps, const Tensor& z = {}, bool relu = false);
 void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, double eps);
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                const BatchNormStats& stats, const BatchNormGrads& grads);
+                                const BatchNormStats& stats, const BatchNormGrads& grads,
+                                const Tensor& relu_y = {});
 
-// The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined) in one
-// cuDNN Ex call. x, z and y are channels_last float16/bfloat16; weight and bias are defined.
-// Returns the reserve space, or nullopt, having written nothing, when cuDNN cannot run this
-// configuration (the caller then composes the unfused ops).
-std::optional<Tensor> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
-                                               const BatchNormStats& stats, double momentum, double eps);
+// The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
+// share a layout. Channels_last float16/bfloat16 runs as one cuDNN Ex call (weight and bias must
+// be defined there), contiguous x as nabla's kernels (the statistics, then one elementwise pass).
+// Returns what ran, or nullopt, having written nothing, for a channels_last call cuDNN cannot run
+// (the caller then composes the unfused ops).
+std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,
+                                                         const Tensor& y, const BatchNormStats& stats,
+                                                         double momentum, double eps);
 
 // What the fused forward leaves for its backward.
 struct FusedBatchNormSaved {
   Tensor x, y, weight, bias, reserve;
   BatchNormStats stats;
   bool add = false;  // relu(bn(x) + z) rather than relu(bn(x))
+  BatchNormImpl impl = BatchNormImpl::CudnnEx;
 };
 // Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,
