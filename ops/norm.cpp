@@ -228,16 +228,31 @@ bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
   return (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && is_channels_last(x);
 }
 
-TensorList fused_backward(const Tensor& grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
+// `grad` is taken by value (the engine hands its buffer over): when nothing else holds it, one
+// of the results is written over it. The residual's gradient is the incoming one masked by the
+// ReLU, and every element only goes from dy to mask * dy, a value any reader of dy (cuDNN's
+// kernel included) masks to the same thing, so dz may alias dy whatever the kernel's order. For
+// relu(bn(x)) on nabla's kernels, dx goes over dy (each thread reads its elements before it
+// writes them). Either way backward holds one activation-sized buffer less at this node, where
+// the composed ops hold dy and the ReLU's gradient at once.
+TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
   ops::cuda::BatchNormGrads g;
   {
     NoGradGuard no_grad;
     const Tensor& x = saved.x;
-    g.dx = empty_like_layout(x);
-    g.dresidual = saved.add ? empty_like_layout(x) : Tensor();
+    const Tensor dy = grad.contiguous(format_of(x));  // grad itself, or a fresh copy
+    // Writable when this is the only handle to its memory (and no graph is built through it).
+    bool writable = false;
+    if (!grad.requires_grad()) {
+      grad = Tensor();
+      writable = dy.impl_ptr().use_count() == 1 && dy.storage().use_count() == 1;
+    }
+    g.dresidual = saved.add ? (writable ? dy : empty_like_layout(x)) : Tensor();
+    const bool dx_over_dy = !saved.add && writable && saved.impl == ops::cuda::BatchNormImpl::Kernel;
+    g.dx = dx_over_dy ? dy : empty_like_layout(x);
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);
-    ops::cuda::batch_norm_fused_backward(grad.contiguous(format_of(x)), saved, eps, g);
+    ops::cuda::batch_norm_fused_backward(dy, saved, eps, g);
   }
   const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
   record_no_double_backward(name, {grad, saved.x, saved.weight}, {g.dx, g.dresidual, g.dweight, g.dbias});
@@ -273,7 +288,7 @@ Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, cons
                                                                   .stats = {s[5], s[6]},
                                                                   .add = add,
                                                                   .impl = impl};
-                       return fused_backward(ctx.grad(), saved, eps);
+                       return fused_backward(std::move(ctx.grads[0]), saved, eps);
                      });
   }
   return y;

@@ -362,13 +362,14 @@ __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int
 }
 
 // dx = w * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean))), g = dy masked
-// by the fused ReLU's output y when there is one; dz = g for the fused add.
+// by the fused ReLU's output y when there is one; dz = g for the fused add. dx or dz may be dy
+// itself (ops/norm.cpp, fused_backward): each thread reads its elements before it writes them.
 template <typename T, int V>
-__global__ void grad_input_kernel(const T* __restrict__ dy, const T* __restrict__ x, T* __restrict__ dx,
-                                  int64_t numel, int64_t channels, int64_t inner, int64_t per_channel,
+__global__ void grad_input_kernel(const T* dy, const T* __restrict__ x, T* dx, int64_t numel,
+                                  int64_t channels, int64_t inner, int64_t per_channel,
                                   const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
                                   const acc_t<T>* __restrict__ sums, const acc_t<T>* __restrict__ w,
-                                  const T* __restrict__ relu_y, T* __restrict__ dz) {
+                                  const T* __restrict__ relu_y, T* dz) {
   using A = acc_t<T>;
   const A count = static_cast<A>(per_channel);
   const int64_t step = inner == 1 ? 1 : 0;

@@ -57,14 +57,17 @@ const std::vector<BnCase>& bn_cases() {
   return cases;
 }
 
-// One batch-norm call on the CPU and on CUDA from the same values, with a backward pass.
+// One batch-norm call on the CPU and on CUDA from the same values, with a backward pass. With
+// `owned_grad` the gradient reaching the op is a fresh tensor nothing else holds (the backward of
+// sum(y * g)), which the fused ops may write their results over; otherwise it is g, which the
+// caller still holds.
 struct BnRun {
   Tensor y, dx, dw, db, running_mean, running_var, dz;
 };
 
 BnRun run_batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& rm_in,
                      const Tensor& rv_in, const Tensor& g_in, Device device, BatchNormOptions options,
-                     const Tensor& z_in = {}, int fused = 0) {
+                     const Tensor& z_in = {}, int fused = 0, bool owned_grad = false) {
   auto on = [&](const Tensor& t) { return t.defined() ? t.to(device) : t; };
   Tensor x = on(x_in).detach().requires_grad_(true);
   Tensor w = w_in.defined() ? on(w_in).detach().requires_grad_(true) : Tensor();
@@ -75,7 +78,11 @@ BnRun run_batch_norm(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
   Tensor y = fused == 0   ? batch_norm(x, w, b, rm, rv, options)
              : fused == 1 ? batch_norm_relu(x, w, b, rm, rv, options)
                           : batch_norm_add_relu(x, z, w, b, rm, rv, options);
-  y.backward(on(g_in));
+  if (owned_grad) {
+    sum(y * on(g_in)).backward();
+  } else {
+    y.backward(on(g_in));
+  }
   return {y,  x.grad(), w.defined() ? w.grad() : Tensor(), b.defined() ? b.grad() : Tensor(),
           rm, rv,       z.defined() ? z.grad() : Tensor()};
 }
@@ -287,11 +294,11 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
                 << (fused ? "cuDNN Ex kernel" : "cuDNN refused it; composed ops") << ", reserve "
                 << (fused ? forward->reserve.nbytes() : 0) << " bytes for " << xd.numel() << " elements\n";
     }
-    for (bool add : {true, false}) {
+    for (const auto& [add, owned] : {std::pair{true, false}, {true, true}, {false, false}, {false, true}}) {
       const BatchNormOptions o{.momentum = 0.3};
       const BnRun gpu =
-          run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, add ? z : Tensor(), add ? 2 : 1);
-      const std::string what = context(add ? "bn_add_relu" : "bn_relu", dtype);
+          run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, add ? z : Tensor(), add ? 2 : 1, owned);
+      const std::string what = context(add ? "bn_add_relu" : "bn_relu", dtype, owned ? "owned grad" : "");
       EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << what;
       if (fused) {
         expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, add), dtype, what);
@@ -308,7 +315,8 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
 // Contiguous input: in training the fused variants run on nabla's kernels (the add and the ReLU
 // in the normalizing pass, the ReLU's mask in the backward); in eval they compose the ops. Both
 // against the CPU's composed ops, for every dtype, at a small shape and at one whose channel sums
-// split over blocks and whose planes take 8-wide vectors.
+// split over blocks and whose planes take 8-wide vectors; with a gradient the caller holds, and
+// with one the op may write dx or dz over.
 TEST(CudaParityBatchNorm, FusedVariantsOnContiguousInputMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
@@ -321,13 +329,13 @@ TEST(CudaParityBatchNorm, FusedVariantsOnContiguousInputMatchTheCpu) {
       const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
       const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
       for (bool training : {true, false}) {
-        for (int fused : {1, 2}) {
+        for (const auto& [fused, owned] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
           const BatchNormOptions o{.training = training};
           const Tensor zi = fused == 2 ? z : Tensor();
-          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused);
+          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
           const std::string what =
               context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
-              std::to_string(shape[2]);
+              std::to_string(shape[2]) + (owned ? " owned grad" : "");
           EXPECT_TRUE(gpu.y.is_contiguous()) << what;
           // A fused 16-bit forward rounds once, where the composed ops round before the add.
           if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
