@@ -99,9 +99,9 @@ struct ProcessGroupNccl::State {
   std::condition_variable wake;
   bool stopping = false;
   std::thread watchdog;
-  // NABLA_NCCL_LAUNCH=when-ready: collectives go through the launcher thread (launch_loop);
-  // eager (the default): straight onto the stream, behind a device-side wait.
-  bool launch_when_ready = false;
+  // NABLA_NCCL_LAUNCH=when-ready (the default): collectives go through the launcher thread
+  // (launch_loop); eager: straight onto the stream, behind a device-side wait.
+  bool launch_when_ready = true;
   std::deque<std::shared_ptr<Ticket>> queue;  // under mutex
   std::condition_variable queued, launch_done;
   std::thread launcher;

@@ -8,11 +8,11 @@
 // the work already queued on the caller's current stream, and wait() makes the current stream
 // wait for the collective. The host never blocks, so communication overlaps compute.
 //
-// Launch modes (NABLA_NCCL_LAUNCH): eager (the default) queues each collective on the
-// communication stream at once, behind a device-side wait for the caller's stream. when-ready
-// hands it to a launcher thread that queues it only once the caller's stream has reached it, so
-// the communication stream never sits blocked on a wait, which slows the GPU's dispatch of the
-// compute kernels (Note [Launching collectives when their inputs are ready] in the .cpp).
+// Launch modes (NABLA_NCCL_LAUNCH): when-ready (the default) hands each collective to a
+// launcher thread that queues it on the communication stream only once the caller's stream has
+// reached it, so the communication stream never sits blocked on a wait, which slows the GPU's
+// dispatch of the compute kernels (Note [Launching collectives when their inputs are ready] in
+// the .cpp). eager queues it at once, behind a device-side wait for the caller's stream.
 // There, wait() blocks the host until the collective is on the stream, except for the newest
 // one, which launch_pending() or a wait() on it puts out at once.
 //

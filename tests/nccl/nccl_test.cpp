@@ -138,10 +138,10 @@ TEST(CudaNccl, TwoRankCollectives) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
-TEST(CudaNccl, TwoRankCollectivesWhenReady) {
+TEST(CudaNccl, TwoRankCollectivesEager) {
   if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
-  auto codes = spawn_ranks(2, "NcclRank.Collectives", std::chrono::seconds(120),
-                           {{"NABLA_NCCL_LAUNCH", "when-ready"}});
+  auto codes =
+      spawn_ranks(2, "NcclRank.Collectives", std::chrono::seconds(120), {{"NABLA_NCCL_LAUNCH", "eager"}});
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
@@ -165,10 +165,9 @@ TEST(CudaNccl, TwoRankDdpMatchesOneProcess) {
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
-TEST(CudaNccl, TwoRankDdpWhenReady) {
+TEST(CudaNccl, TwoRankDdpEager) {
   if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
-  auto codes =
-      spawn_ranks(2, "NcclRank.Ddp", std::chrono::seconds(120), {{"NABLA_NCCL_LAUNCH", "when-ready"}});
+  auto codes = spawn_ranks(2, "NcclRank.Ddp", std::chrono::seconds(120), {{"NABLA_NCCL_LAUNCH", "eager"}});
   EXPECT_EQ(codes, (std::vector<int>{0, 0}));
 }
 
