@@ -220,12 +220,13 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   return y;
 }
 
-// ---- fused path: cuDNN Ex (channels_last, 16-bit) or nabla's kernels (contiguous) -------------
+// ---- fused path: cuDNN Ex (channels_last 16-bit) or nabla's kernels (the rest) ----------------
 
 bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
   if (!options.training || !x.is_cuda()) return false;
   if (x.is_contiguous()) return true;
-  return (x.dtype() == kFloat16 || x.dtype() == kBFloat16) && is_channels_last(x);
+  // channels_last: float32 on nabla's kernels, 16-bit on cuDNN's Ex kernels; float64 composes.
+  return is_channels_last(x) && x.dtype() != kFloat64;
 }
 
 // `grad` is taken by value (the engine hands its buffer over): when nothing else holds it, one

@@ -26,6 +26,7 @@
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
+#include "nabla/core/memory_category.h"
 #include "nabla/data/data_loader.h"
 #include "nabla/data/device_prefetcher.h"
 #include "nabla/data/image/image_folder.h"
@@ -53,9 +54,10 @@ struct TrainBenchOptions {
   int warmup = 15;
   int nproc_per_node = 1;
   double bucket_mb = 25;
-  bool ddp = false;          // wrap in DDP even on one GPU (DDP's own cost, as torch_ddp.py's world 1)
-  bool phase_times = false;  // forward / backward / optimizer times from CUDA events
-  std::string data_dir;      // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
+  bool ddp = false;            // wrap in DDP even on one GPU (DDP's own cost, as torch_ddp.py's world 1)
+  bool phase_times = false;    // forward / backward / optimizer times from CUDA events
+  bool memory_report = false;  // the peak broken down by category (forward, backward, optimizer)
+  std::string data_dir;        // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   double memory_fraction = 0;
@@ -84,8 +86,12 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   const bool channels_last = config.layout == "channels-last";
   manual_seed(0);
   const MemoryFormat format = memory_format_of(config.layout);
-  auto model = make_model(o.arch, o.grad_checkpoint);
-  model->to(device, format);
+  auto model = [&] {
+    MemoryCategoryScope tag(MemoryCategory::parameters);
+    auto m = make_model(o.arch, o.grad_checkpoint);
+    m->to(device, format);
+    return m;
+  }();
   std::unique_ptr<distributed::DistributedDataParallel> ddp;
   if (dist.group)
     ddp = std::make_unique<distributed::DistributedDataParallel>(
@@ -141,15 +147,24 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
     if (timer) timer->begin_step();
     next_batch();
     opt.zero_grad();
+    // Tagged for --memory-report: what forward allocates counts as activations, what backward
+    // allocates (gradients and its temporaries) as gradients.
     {
+      MemoryCategoryScope tag(MemoryCategory::activations);
       amp::Autocast autocast(device, low, autocast_on);
       loss = cross_entropy(ddp ? (*ddp)(x) : model->forward(x), y);
     }
     if (timer) timer->mark();
-    scaler.scale(loss).backward();
+    {
+      MemoryCategoryScope tag(MemoryCategory::gradients);
+      scaler.scale(loss).backward();
+    }
     if (timer) timer->mark();
-    scaler.step(opt);
-    scaler.update();
+    {
+      MemoryCategoryScope tag(MemoryCategory::optimizer_state);
+      scaler.step(opt);
+      scaler.update();
+    }
     if (timer) timer->mark();
   };
 
@@ -199,6 +214,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
         o.arch.c_str(), world, dist.group ? " (DDP)" : "", static_cast<long long>(o.batch_size),
         config.amp.c_str(), channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc,
         peak_reserved, final_loss);
+    if (o.memory_report) std::printf("%s\n", memory_category_report(device).c_str());
     if (prefetcher) {
       std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
                   data_wait * 1000 / o.steps, worst_wait * 1000, 100 * wait_share);
@@ -381,6 +397,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("--phase-times", o->phase_times,
                 "Also report the device and host time of each step's forward, backward and optimizer "
                 "phases (CUDA events; no added synchronization)");
+  cmd->add_flag("--memory-report", o->memory_report,
+                "Also print the timed steps' peak broken down by what was allocated in forward "
+                "(activations), backward (gradients) and the optimizer step");
   cmd->add_option("--bucket-mb", o->bucket_mb, "DDP gradient bucket size in MB")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "nabla/ops/channel_blocks.h"
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 
@@ -34,20 +35,6 @@ constexpr int64_t kColumnBlock = 64;  // layer-norm weight-gradient columns per 
 // The parameter (statistics) type for a storage type.
 template <typename T>
 using param_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-struct ChannelBlocks {
-  int64_t outer = 0, channels = 0, inner = 0;
-  int64_t per_channel() const { return outer * inner; }
-  int64_t offset(int64_t o, int64_t c) const { return (o * channels + c) * inner; }
-};
-
-ChannelBlocks blocks_of(const Tensor& x) {
-  const int64_t n = x.size(0), c = x.size(1);
-  const int64_t spatial = n * c == 0 ? 0 : x.numel() / (n * c);
-  if (x.is_contiguous()) return {n, c, spatial};
-  NABLA_ASSERT(x.is_contiguous(MemoryFormat::ChannelsLast), "batch_norm kernel got {}", describe(x));
-  return {n * spatial, c, 1};
-}
 
 bool run_parallel(int64_t numel) {
   return numel >= kParallelGrain && !omp_in_parallel();

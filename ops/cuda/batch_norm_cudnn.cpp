@@ -4,9 +4,8 @@
 // x reaches us dense, contiguous or channels_last (the front end sees to it). Only channels_last
 // (N, C, H, W) goes to cuDNN, described as NHWC, so nothing is transposed:
 //  - Training: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in
-//    CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's fast NHWC kernels) for
-//    float16/bfloat16/float32, and CUDNN_BATCHNORM_SPATIAL for float64. Its reserve space goes
-//    to the backward.
+//    CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's fast NHWC kernels) for float16/bfloat16,
+//    and CUDNN_BATCHNORM_SPATIAL for float64. Its reserve space goes to the backward.
 //  - Eval (float16/float32/float64): cudnnBatchNormalizationForwardInference,
 //    CUDNN_BATCHNORM_SPATIAL (cuDNN has no eval backward; the front end writes that one with ops).
 //  - Fused (batch_norm_relu / batch_norm_add_relu, channels_last float16/bfloat16, training):
@@ -20,6 +19,9 @@
 // (cudnnBatchNormalizationForwardTraining / Backward / ForwardInference) nabla's own are faster
 // than: ResNet-50 training on an H200, batch 256, went from 117.8 to 99.8 ms per step in float32
 // and from 85.4 to 60.7 ms in float16 when they moved (docs/performance.md, session 6). Also
+// float32 channels_last training, plain and fused: nabla's channels_last kernels took that
+// ResNet-50 step from 81.5 to 74.5 ms (session 7), while in float16/bfloat16 cuDNN's NHWC kernels
+// stayed faster (36.1 against 50.4 ms), so 16-bit channels_last training stays on cuDNN. Also
 // bfloat16 eval (PyTorch's cuDNN path leaves bfloat16 out altogether), batches past cuDNN's
 // limits (N > 880801 in training, > 65535 in eval), more than 2^31 elements, and any call cuDNN
 // answers with a NOT_SUPPORTED status (checked before it runs anything). Those run on nabla's
@@ -108,10 +110,17 @@ bool is_nhwc(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous();
 }
 
+// float32 channels_last training runs on nabla's kernels, which beat cuDNN's NHWC kernels there;
+// cuDNN's stay faster for 16-bit (see the Note).
+bool training_on_kernels(const Tensor& x) {
+  return x.dtype() == kFloat32;
+}
+
 // Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
 bool cudnn_can_take(const Tensor& x, bool training, double eps) {
   const int64_t limit = training ? 880801 : 65535;
   if (!is_nhwc(x)) return false;
+  if (training && training_on_kernels(x)) return false;
   // bfloat16 goes only to the NHWC training kernels (the Ex API), which cuDNN runs at float16's
   // speed.
   if (x.dtype() == kBFloat16 && !training) return false;
@@ -292,7 +301,7 @@ std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& 
                                                          const Tensor& y, const BatchNormStats& stats,
                                                          double momentum, double eps) {
   const Tensor& x = in.x;
-  if (!is_nhwc(x)) {
+  if (!is_nhwc(x) || training_on_kernels(x)) {
     batch_norm_forward_kernel(in, y, stats, momentum, eps, z, /*relu=*/true);
     return BatchNormForward{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
   }

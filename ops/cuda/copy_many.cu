@@ -3,26 +3,21 @@
 // one copy per parameter, most of which are small (BatchNorm's weights and biases), where the
 // fixed cost of each launch, not the bytes, would set the time.
 //
-// A launch carries a table of up to kMaxCopies copies in its kernel argument; blockIdx.y picks
-// the copy and the x blocks grid-stride over it, in 16-byte words where both addresses and the
-// size allow it, else in 4-byte words, else in bytes.
+// The copies go in tables of up to kMaxCopies (ops/cuda/tensor_table.cuh), each copy in 16-byte
+// words where both addresses and the size allow it, else in 4-byte words, else in bytes.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
-#include "nabla/core/cuda/check.h"
-#include "nabla/core/cuda/device_guard.h"
-#include "nabla/core/cuda/stream.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/tensor_table.cuh"
 
 namespace nabla::ops::cuda {
 
 namespace {
 
 constexpr int kMaxCopies = 120;
-constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocksX = 512;
+constexpr TableLaunch kLaunch{.block = 256, .max_blocks_x = 512};
 
 struct CopyEntry {
   char* dst;
@@ -30,22 +25,16 @@ struct CopyEntry {
   int64_t units;  // in words of `unit` bytes
   int32_t unit;   // 16, 4 or 1
 };
-struct CopyTable {
-  CopyEntry entries[kMaxCopies];
-};
-static_assert(sizeof(CopyTable) < 3900, "kernel arguments are limited to 4 KB");
+using CopyTable = EntryTable<CopyEntry, kMaxCopies>;
 
 template <typename Word>
 __device__ __forceinline__ void copy_words(const CopyEntry& e) {
   auto* dst = reinterpret_cast<Word*>(e.dst);
   const auto* src = reinterpret_cast<const Word*>(e.src);
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.units;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dst[i] = src[i];
-  }
+  for_grid_stride(e.units, [&](int64_t i) { dst[i] = src[i]; });
 }
 
-__global__ void __launch_bounds__(kBlock) copy_many_kernel(CopyTable table) {
+__global__ void __launch_bounds__(kLaunch.block) copy_many_kernel(CopyTable table) {
   const CopyEntry e = table.entries[blockIdx.y];
   if (e.unit == 16) {
     copy_words<uint4>(e);
@@ -67,27 +56,19 @@ int32_t widest_unit(const void* dst, const void* src, size_t bytes) {
 
 void copy_bytes_many(const std::vector<ByteCopy>& copies, int device) {
   if (copies.empty()) return;
-  nabla::cuda::DeviceGuard guard(device);
-  const auto stream = static_cast<cudaStream_t>(nabla::cuda::current_stream(device).handle());
-  for (size_t begin = 0; begin < copies.size(); begin += kMaxCopies) {
-    const size_t end = std::min(copies.size(), begin + kMaxCopies);
-    CopyTable table{};
-    int64_t most_units = 0;
-    int count = 0;
-    for (size_t i = begin; i < end; ++i) {
-      const ByteCopy& c = copies[i];
-      if (c.bytes == 0) continue;
-      const int32_t unit = widest_unit(c.dst, c.src, c.bytes);
-      const auto units = static_cast<int64_t>(c.bytes / static_cast<size_t>(unit));
-      table.entries[count++] = {static_cast<char*>(c.dst), static_cast<const char*>(c.src), units, unit};
-      most_units = std::max(most_units, units);
-    }
-    if (count == 0) continue;
-    const int64_t blocks_x = std::clamp<int64_t>((most_units + kBlock - 1) / kBlock, 1, kMaxBlocksX);
-    copy_many_kernel<<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(count)), kBlock, 0,
-                       stream>>>(table);
-    NABLA_CUDA_CHECK_LAUNCH();
-  }
+  const LaunchScope scope(device);
+  launch_tables<kMaxCopies, CopyEntry>(
+      copies.size(), kLaunch,
+      [&](size_t i, CopyEntry& e) {
+        const ByteCopy& c = copies[i];
+        const int32_t unit = widest_unit(c.dst, c.src, c.bytes);
+        const auto units = static_cast<int64_t>(c.bytes / static_cast<size_t>(unit));
+        e = {static_cast<char*>(c.dst), static_cast<const char*>(c.src), units, unit};
+        return units;
+      },
+      [&](const CopyTable& table, dim3 grid) {
+        copy_many_kernel<<<grid, kLaunch.block, 0, scope.stream()>>>(table);
+      });
 }
 
 }  // namespace nabla::ops::cuda

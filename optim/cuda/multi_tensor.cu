@@ -1,17 +1,13 @@
-// Fused multi-tensor SGD and Adam(W) updates for float32 tensors on CUDA. A launch carries a
-// table of up to kMaxTensors tensors in its kernel argument (kept under the 4 KB argument
-// limit); blockIdx.y picks the tensor and the x blocks grid-stride over its elements, so a
-// group of up to kMaxTensors parameters takes one launch, and larger groups one per batch.
-// Arithmetic is float, as in PyTorch's fused optimizers.
+// Fused multi-tensor SGD and Adam(W) updates for float32 tensors on CUDA, in tables of up to
+// kMaxTensors parameters a launch (ops/cuda/tensor_table.cuh), so a group of up to kMaxTensors
+// parameters takes one launch, and larger groups one per table. Arithmetic is float, as in
+// PyTorch's fused optimizers.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 
-#include "nabla/core/cuda/check.h"
-#include "nabla/core/cuda/device_guard.h"
-#include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
+#include "nabla/ops/cuda/tensor_table.cuh"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
@@ -21,9 +17,14 @@ namespace nabla::optim::cuda {
 
 namespace {
 
+using ops::cuda::EntryTable;
+using ops::cuda::for_grid_stride;
+using ops::cuda::launch_tables;
+using ops::cuda::LaunchScope;
+
 constexpr int kMaxTensors = 36;
-constexpr int kBlock = 256;
-constexpr int64_t kMaxBlocksX = 1024;
+constexpr ops::cuda::TableLaunch kLaunch{};
+constexpr int kBlock = kLaunch.block;
 
 struct SgdEntry {
   float* param;
@@ -32,9 +33,7 @@ struct SgdEntry {
   int64_t numel;
   int first;
 };
-struct SgdTable {
-  SgdEntry entries[kMaxTensors];
-};
+using SgdTable = EntryTable<SgdEntry, kMaxTensors>;
 
 struct AdamEntry {
   float* param;
@@ -46,18 +45,13 @@ struct AdamEntry {
   float step_size;  // lr / bias_correction1
   float bias_correction2_sqrt;
 };
-struct AdamTable {
-  AdamEntry entries[kMaxTensors];
-};
-
-static_assert(sizeof(SgdTable) < 3800 && sizeof(AdamTable) < 3800, "kernel arguments are limited to 4 KB");
+using AdamTable = EntryTable<AdamEntry, kMaxTensors>;
 
 __global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, float dampening, int nesterov,
                            const float* skip_if) {
   if (skip_if != nullptr && !(*skip_if == 0.0f)) return;  // GradScaler found inf/NaN (NaN too)
   const SgdEntry e = table.entries[blockIdx.y];
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  for_grid_stride(e.numel, [&](int64_t i) {
     const float p = e.param[i];
     float d_p = e.grad[i];
     if (wd != 0.0f) d_p += wd * p;
@@ -67,14 +61,13 @@ __global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, f
       d_p = nesterov ? d_p + momentum * buf : buf;
     }
     e.param[i] = p - lr * d_p;
-  }
+  });
 }
 
 __global__ void adam_kernel(AdamTable table, float lr, float beta1, float beta2, float eps, float wd,
                             int decoupled) {
   const AdamEntry e = table.entries[blockIdx.y];
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
-       i += int64_t{gridDim.x} * blockDim.x) {
+  for_grid_stride(e.numel, [&](int64_t i) {
     float p = e.param[i];
     float g = e.grad[i];
     if (wd != 0.0f) {
@@ -95,7 +88,7 @@ __global__ void adam_kernel(AdamTable table, float lr, float beta1, float beta2,
     }
     const float denom = sqrtf(v_used) / e.bias_correction2_sqrt + eps;
     e.param[i] = p - e.step_size * (m / denom);
-  }
+  });
 }
 
 constexpr int kMaxNormTensors = 128;
@@ -103,21 +96,14 @@ struct NormEntry {
   const float* data;
   int64_t numel;
 };
-struct NormTable {
-  NormEntry entries[kMaxNormTensors];
-};
-static_assert(sizeof(NormTable) < 3800, "kernel arguments are limited to 4 KB");
+using NormTable = EntryTable<NormEntry, kMaxNormTensors>;
 
 // partials[blockIdx.y * gridDim.x + blockIdx.x] = this block's share of sum(x^2) of tensor y.
 __global__ void sum_of_squares_kernel(NormTable table, float* partials) {
   __shared__ float shared[kBlock];
   const NormEntry e = table.entries[blockIdx.y];
   float acc = 0.0f;
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < e.numel;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const float v = e.data[i];
-    acc += v * v;
-  }
+  for_grid_stride(e.numel, [&](int64_t i) { acc += e.data[i] * e.data[i]; });
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int half = kBlock / 2; half > 0; half /= 2) {
@@ -129,24 +115,6 @@ __global__ void sum_of_squares_kernel(NormTable table, float* partials) {
 
 float* float_ptr(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
-}
-
-// Makes the device of `t` current for the scope and gives its current stream.
-class DeviceScope {
- public:
-  explicit DeviceScope(const Tensor& t)
-      : guard_(t.device().index),
-        stream_(static_cast<cudaStream_t>(nabla::cuda::current_stream(t.device().index).handle())) {}
-  cudaStream_t stream() const { return stream_; }
-
- private:
-  nabla::cuda::DeviceGuard guard_;
-  cudaStream_t stream_ = nullptr;
-};
-
-dim3 grid_for(int64_t max_numel, int count) {
-  const int64_t blocks = std::clamp<int64_t>((max_numel + kBlock - 1) / kBlock, 1, kMaxBlocksX);
-  return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(count));
 }
 
 void check_same_device(const TensorList& params) {
@@ -170,26 +138,23 @@ Tensor multi_tensor_sum_of_squares(const TensorList& tensors) {
         "multi_tensor_sum_of_squares: needs dense (contiguous or channels_last) float32 CUDA tensors, got {}",
         describe(t));
   }
-  DeviceScope scope(tensors[0]);
+  const LaunchScope scope(tensors[0].device().index);
   Tensor total;
-  for (size_t begin = 0; begin < tensors.size(); begin += kMaxNormTensors) {
-    const size_t end = std::min(tensors.size(), begin + kMaxNormTensors);
-    NormTable table{};
-    int64_t max_numel = 0;
-    for (size_t i = begin; i < end; ++i) {
-      table.entries[i - begin] = {static_cast<const float*>(tensors[i].data_ptr()), tensors[i].numel()};
-      max_numel = std::max(max_numel, tensors[i].numel());
-    }
-    const dim3 grid = grid_for(max_numel, static_cast<int>(end - begin));
-    Tensor partials =
-        empty({static_cast<int64_t>(grid.x) * grid.y}, {.dtype = kFloat32, .device = tensors[0].device()});
-    sum_of_squares_kernel<<<grid, kBlock, 0, scope.stream()>>>(table,
-                                                               static_cast<float*>(partials.data_ptr()));
-    NABLA_CUDA_CHECK_LAUNCH();
-    Tensor part = sum(partials);
-    total = total.defined() ? add(total, part) : part;
-  }
-  return total;
+  launch_tables<kMaxNormTensors, NormEntry>(
+      tensors.size(), kLaunch,
+      [&](size_t i, NormEntry& e) {
+        e = {static_cast<const float*>(tensors[i].data_ptr()), tensors[i].numel()};
+        return e.numel;
+      },
+      [&](const NormTable& table, dim3 grid) {
+        Tensor partials =
+            empty({int64_t{grid.x} * grid.y}, {.dtype = kFloat32, .device = tensors[0].device()});
+        sum_of_squares_kernel<<<grid, kBlock, 0, scope.stream()>>>(table,
+                                                                   static_cast<float*>(partials.data_ptr()));
+        Tensor part = sum(partials);
+        total = total.defined() ? add(total, part) : part;
+      });
+  return total.defined() ? total : zeros({}, {.dtype = kFloat32, .device = tensors[0].device()});
 }
 
 bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state) {
@@ -219,26 +184,23 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
                 params[0].device().str(), describe(step.skip_if));
     skip_if = static_cast<const float*>(step.skip_if.data_ptr());
   }
-  DeviceScope scope(params[0]);
-  for (size_t begin = 0; begin < params.size(); begin += kMaxTensors) {
-    const size_t end = std::min(params.size(), begin + kMaxTensors);
-    SgdTable table{};
-    int64_t max_numel = 0;
-    for (size_t i = begin; i < end; ++i) {
-      const bool has_buffer = step.momentum != 0.0;
-      table.entries[i - begin] = {float_ptr(params[i]), float_ptr(grads[i]),
-                                  has_buffer ? float_ptr(buffers[i]) : nullptr, params[i].numel(),
-                                  first[i] ? 1 : 0};
-      max_numel = std::max(max_numel, params[i].numel());
-      params[i].bump_version();
-      if (has_buffer) buffers[i].bump_version();
-    }
-    sgd_kernel<<<grid_for(max_numel, static_cast<int>(end - begin)), kBlock, 0, scope.stream()>>>(
-        table, static_cast<float>(step.lr), static_cast<float>(step.weight_decay),
-        static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0,
-        skip_if);
-    NABLA_CUDA_CHECK_LAUNCH();
-  }
+  const LaunchScope scope(params[0].device().index);
+  const bool has_buffer = step.momentum != 0.0;
+  launch_tables<kMaxTensors, SgdEntry>(
+      params.size(), kLaunch,
+      [&](size_t i, SgdEntry& e) {
+        e = {float_ptr(params[i]), float_ptr(grads[i]), has_buffer ? float_ptr(buffers[i]) : nullptr,
+             params[i].numel(), first[i] ? 1 : 0};
+        params[i].bump_version();
+        if (has_buffer) buffers[i].bump_version();
+        return e.numel;
+      },
+      [&](const SgdTable& table, dim3 grid) {
+        sgd_kernel<<<grid, kBlock, 0, scope.stream()>>>(
+            table, static_cast<float>(step.lr), static_cast<float>(step.weight_decay),
+            static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0,
+            skip_if);
+      });
 }
 
 void multi_tensor_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
@@ -249,35 +211,33 @@ void multi_tensor_adam(const TensorList& params, const TensorList& grads, const 
                params.size() == steps.size());
   if (params.empty()) return;
   check_same_device(params);
-  DeviceScope scope(params[0]);
-  for (size_t begin = 0; begin < params.size(); begin += kMaxTensors) {
-    const size_t end = std::min(params.size(), begin + kMaxTensors);
-    AdamTable table{};
-    int64_t max_numel = 0;
-    for (size_t i = begin; i < end; ++i) {
-      const auto t = static_cast<double>(steps[i]);
-      const double bias_correction1 = 1.0 - std::pow(step.beta1, t);
-      const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(step.beta2, t));
-      table.entries[i - begin] = {float_ptr(params[i]),
-                                  float_ptr(grads[i]),
-                                  float_ptr(exp_avgs[i]),
-                                  float_ptr(exp_avg_sqs[i]),
-                                  step.amsgrad ? float_ptr(max_exp_avg_sqs[i]) : nullptr,
-                                  params[i].numel(),
-                                  static_cast<float>(step.lr / bias_correction1),
-                                  static_cast<float>(bias_correction2_sqrt)};
-      max_numel = std::max(max_numel, params[i].numel());
-      params[i].bump_version();
-      exp_avgs[i].bump_version();
-      exp_avg_sqs[i].bump_version();
-      if (step.amsgrad) max_exp_avg_sqs[i].bump_version();
-    }
-    adam_kernel<<<grid_for(max_numel, static_cast<int>(end - begin)), kBlock, 0, scope.stream()>>>(
-        table, static_cast<float>(step.lr), static_cast<float>(step.beta1), static_cast<float>(step.beta2),
-        static_cast<float>(step.eps), static_cast<float>(step.weight_decay),
-        step.decoupled_weight_decay ? 1 : 0);
-    NABLA_CUDA_CHECK_LAUNCH();
-  }
+  const LaunchScope scope(params[0].device().index);
+  launch_tables<kMaxTensors, AdamEntry>(
+      params.size(), kLaunch,
+      [&](size_t i, AdamEntry& e) {
+        const auto t = static_cast<double>(steps[i]);
+        const double bias_correction1 = 1.0 - std::pow(step.beta1, t);
+        const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(step.beta2, t));
+        e = {float_ptr(params[i]),
+             float_ptr(grads[i]),
+             float_ptr(exp_avgs[i]),
+             float_ptr(exp_avg_sqs[i]),
+             step.amsgrad ? float_ptr(max_exp_avg_sqs[i]) : nullptr,
+             params[i].numel(),
+             static_cast<float>(step.lr / bias_correction1),
+             static_cast<float>(bias_correction2_sqrt)};
+        params[i].bump_version();
+        exp_avgs[i].bump_version();
+        exp_avg_sqs[i].bump_version();
+        if (step.amsgrad) max_exp_avg_sqs[i].bump_version();
+        return e.numel;
+      },
+      [&](const AdamTable& table, dim3 grid) {
+        adam_kernel<<<grid, kBlock, 0, scope.stream()>>>(
+            table, static_cast<float>(step.lr), static_cast<float>(step.beta1),
+            static_cast<float>(step.beta2), static_cast<float>(step.eps),
+            static_cast<float>(step.weight_decay), step.decoupled_weight_decay ? 1 : 0);
+      });
 }
 
 }  // namespace nabla::optim::cuda

@@ -168,6 +168,9 @@ TEST(CudaParityBatchNorm, NablaKernelsSplitChannelSumsAndKeepTheVarianceOfAnOffs
       {"NCHW, 8-wide planes", {32, 16, 32, 32}, false},
       {"NCHW, odd planes", {64, 24, 7, 7}, false},
       {"NHWC", {32, 40, 16, 16}, true},
+      {"NHWC, hundreds of splits", {64, 64, 28, 28}, true},
+      {"NHWC, odd channels", {16, 3, 9, 9}, true},
+      {"NHWC, 2-wide channels", {16, 6, 9, 9}, true},
       {"(N, C) tall", {200000, 5}, false},
   };
   for (const Case& c : cases) {
@@ -312,18 +315,24 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
   }
 }
 
-// Contiguous input: in training the fused variants run on nabla's kernels (the add and the ReLU
-// in the normalizing pass, the ReLU's mask in the backward); in eval they compose the ops. Both
-// against the CPU's composed ops, for every dtype, at a small shape and at one whose channel sums
-// split over blocks and whose planes take 8-wide vectors; with a gradient the caller holds, and
-// with one the op may write dx or dz over.
-TEST(CudaParityBatchNorm, FusedVariantsOnContiguousInputMatchTheCpu) {
+// In training the fused variants run on nabla's kernels (the add and the ReLU in the normalizing
+// pass, the ReLU's mask in the backward) for contiguous input and for channels_last float32, and
+// on cuDNN's Ex kernels for channels_last 16-bit; in eval they compose the ops. All against the
+// CPU's composed ops, for every dtype, at a small shape and at one whose channel sums split over
+// blocks (contiguous: planes of 8-wide vectors; channels_last: 64 channels of 4-wide vectors over
+// many row tiles); with a gradient the caller holds, and with one the op may write dx or dz over.
+TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
-  for (const Shape& shape : {Shape{4, 6, 3, 5}, Shape{16, 24, 16, 16}}) {
+  const std::pair<MemoryFormat, Shape> cases[] = {{MemoryFormat::Contiguous, {4, 6, 3, 5}},
+                                                  {MemoryFormat::Contiguous, {16, 24, 16, 16}},
+                                                  {MemoryFormat::ChannelsLast, {4, 6, 3, 5}},
+                                                  {MemoryFormat::ChannelsLast, {8, 64, 14, 14}}};
+  for (const auto& [format, shape] : cases) {
     for (DType dtype : kFloatDTypes) {
       const int64_t ch = shape[1];
-      const Tensor x = random_values(shape, ++seed, dtype), z = random_values(shape, ++seed, dtype);
+      const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
+      const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
       const Tensor g = random_values(shape, ++seed, dtype);
       const DType pd = param_dtype(dtype);
       const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
@@ -335,8 +344,9 @@ TEST(CudaParityBatchNorm, FusedVariantsOnContiguousInputMatchTheCpu) {
           const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
           const std::string what =
               context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
-              std::to_string(shape[2]) + (owned ? " owned grad" : "");
-          EXPECT_TRUE(gpu.y.is_contiguous()) << what;
+              shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
+              (owned ? " owned grad" : "");
+          EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
           // A fused 16-bit forward rounds once, where the composed ops round before the add.
           if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
             expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, fused == 2), dtype,

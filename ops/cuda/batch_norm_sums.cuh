@@ -1,0 +1,247 @@
+// Internal (ops/cuda/batch_norm.cu only). Per-channel sums over x's layout, in two steps: many
+// blocks per channel write partial sums (so a 64-channel layer still fills the GPU), then
+// warp_total_of adds a channel's partials in a fixed order, so the result is deterministic.
+// Contiguous x is read plane by plane, channels_last x row by row, a thread taking V consecutive
+// channels of a row; both with 16-byte loads where the layout allows.
+#pragma once
+
+#include "nabla/ops/cuda/batch_norm_vectors.cuh"
+#include "nabla/ops/cuda/reduce_layout.h"
+
+namespace nabla::ops::cuda::batch_norm_detail {
+
+constexpr int kSumThreads = 256;  // threads of every partial-sum block
+
+// ---- per-channel sums ----------------------------------------------------------------------
+//
+// A Terms type says what two sums to take per channel: prepare(c) loads what the channel's
+// terms share; add() accumulates V elements of one channel (contiguous x), add_lanes() V
+// elements of V consecutive channels (channels_last x), each into its own pair of sums.
+
+template <typename T>
+struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the channel's first x
+  using A = acc_t<T>;
+  const T* x;
+  int64_t inner;
+  __device__ A prepare(int64_t c) const { return load_as_acc(x[c * inner]); }
+  template <int V>
+  __device__ void add(int64_t off, A k, A& s0, A& s1) const {
+    A v[V];
+    load_vec<T, V>(x + off, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A d = v[j] - k;
+      s0 += d;
+      s1 += d * d;
+    }
+  }
+  template <int V>
+  __device__ void add_lanes(int64_t off, const A (&k)[V], A (&s0)[V], A (&s1)[V]) const {
+    A v[V];
+    load_vec<T, V>(x + off, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const A d = v[j] - k[j];
+      s0[j] += d;
+      s1[j] += d * d;
+    }
+  }
+};
+
+template <typename T>
+struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused ReLU's output
+  using A = acc_t<T>;
+  const T* dy;
+  const T* x;
+  const T* relu_y;  // null: no ReLU
+  const A* mean;
+  __device__ A prepare(int64_t c) const { return mean[c]; }
+  template <int V>
+  __device__ void add(int64_t off, A m, A& s0, A& s1) const {
+    A g[V], v[V];
+    load_grad<T, V>(dy, relu_y, off, g);
+    load_vec<T, V>(x + off, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      s0 += g[j];
+      s1 += g[j] * (v[j] - m);
+    }
+  }
+  template <int V>
+  __device__ void add_lanes(int64_t off, const A (&m)[V], A (&s0)[V], A (&s1)[V]) const {
+    A g[V], v[V];
+    load_grad<T, V>(dy, relu_y, off, g);
+    load_vec<T, V>(x + off, v);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      s0[j] += g[j];
+      s1[j] += g[j] * (v[j] - m[j]);
+    }
+  }
+};
+
+// Sums v[0..K) over the block; thread 0 gets the totals (in a fixed order).
+template <int K, typename A>
+__device__ void block_sum(A (&v)[K]) {
+  __shared__ A partial[K][32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  for (int k = 0; k < K; ++k) {
+    for (int mask = 16; mask > 0; mask /= 2) v[k] += __shfl_xor_sync(0xffffffffu, v[k], mask);
+    if (lane == 0) partial[k][warp] = v[k];
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int k = 0; k < K; ++k) {
+    A total = A(0);
+    for (int w = 0; w < warps; ++w) total += partial[k][w];
+    v[k] = total;
+  }
+}
+
+// Contiguous x: block (c, split) sums units [split * chunk, +chunk) of channel c, a unit being
+// V elements of one plane (inner % V == 0). partial is [splits][2][C].
+template <typename T, int V, typename Terms>
+__global__ void __launch_bounds__(kSumThreads)
+    plane_sums_kernel(Terms terms, int64_t outer, int64_t channels, int64_t inner, int64_t chunk,
+                      acc_t<T>* __restrict__ partial) {
+  using A = acc_t<T>;
+  const int64_t c = blockIdx.x, split = blockIdx.y;
+  const int64_t row_units = inner / V, units = outer * row_units;
+  const int64_t end = std::min(units, (split + 1) * chunk);
+  const A pre = terms.prepare(c);
+  A s[2] = {A(0), A(0)};
+  int64_t u = split * chunk + threadIdx.x;
+  // (n, i) of unit u, stepped without a division per unit.
+  int64_t n = u / row_units, i = u % row_units;
+  const int64_t step_n = blockDim.x / row_units, step_i = blockDim.x % row_units;
+  for (; u < end; u += blockDim.x) {
+    terms.template add<V>((n * channels + c) * inner + i * V, pre, s[0], s[1]);
+    i += step_i;
+    n += step_n;
+    if (i >= row_units) {
+      i -= row_units;
+      ++n;
+    }
+  }
+  block_sum(s);
+  if (threadIdx.x != 0) return;
+  partial[(split * 2) * channels + c] = s[0];
+  partial[(split * 2 + 1) * channels + c] = s[1];
+}
+
+// channels_last x (rows of C): a block is `lanes` threads across the channels, each taking V
+// consecutive channels (one 16-byte load where the layout allows), by kSumThreads / lanes
+// threads down the rows. Block (g, split) sums rows [split * chunk, +chunk) of channels
+// [g * lanes * V, +lanes * V); the threads of a column then add their sums in row order.
+struct RowTiles {
+  int lanes = 0, rows = 0;  // threads across the channels and down the rows of one block
+  int64_t groups = 0;       // blocks across the channels
+};
+
+inline RowTiles row_tiles(int64_t channels, int vec) {
+  const int64_t lanes = std::min<int64_t>(32, channels / vec);
+  return {static_cast<int>(lanes), static_cast<int>(kSumThreads / lanes),
+          (channels / vec + lanes - 1) / lanes};
+}
+
+template <typename T, int V, typename Terms>
+__global__ void __launch_bounds__(kSumThreads)
+    row_sums_kernel(Terms terms, int64_t rows, int64_t channels, int lanes, int tile_rows, int64_t chunk,
+                    acc_t<T>* __restrict__ partial) {
+  using A = acc_t<T>;
+  __shared__ A sums[2][V][kSumThreads];  // [term][j][row * lanes + lane]
+  const int lane = threadIdx.x % lanes, row = threadIdx.x / lanes;
+  const int64_t c0 = (int64_t{blockIdx.x} * lanes + lane) * V, split = blockIdx.y;
+  const int64_t end = std::min(rows, (split + 1) * chunk);
+  const bool active = row < tile_rows && c0 < channels;
+  A s0[V], s1[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) s0[j] = s1[j] = A(0);
+  if (active) {
+    A pre[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) pre[j] = terms.prepare(c0 + j);
+    for (int64_t r = split * chunk + row; r < end; r += tile_rows)
+      terms.template add_lanes<V>(r * channels + c0, pre, s0, s1);
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sums[0][j][threadIdx.x] = s0[j];
+    sums[1][j][threadIdx.x] = s1[j];
+  }
+  __syncthreads();
+  if (row != 0 || c0 >= channels) return;
+  for (int k = 0; k < 2; ++k) {
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      A total = A(0);
+      for (int r = 0; r < tile_rows; ++r) total += sums[k][j][r * lanes + lane];
+      partial[(split * 2 + k) * channels + c0 + j] = total;
+    }
+  }
+}
+
+// Launches the partial sums of `terms` over x's layout; returns the [splits][2][C] partials.
+template <typename T, typename Terms>
+Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const Tensor& like,
+                    cudaStream_t stream, int64_t* splits_out) {
+  using A = acc_t<T>;
+  const int64_t target_blocks = 8 * int64_t{sm_count(like.device().index)};
+  const bool rows_layout = b.inner == 1;  // channels_last
+  const RowTiles tiles = rows_layout ? row_tiles(b.channels, vec) : RowTiles{};
+  const int64_t groups = rows_layout ? tiles.groups : b.channels;
+  const int64_t units = rows_layout ? b.outer : b.outer * (b.inner / vec);
+  // Enough blocks to fill the GPU, each with at least 8192 elements to sum.
+  const int64_t unit_elems = rows_layout ? int64_t{tiles.lanes} * vec : vec;
+  const int64_t min_units = std::max<int64_t>(8192 / unit_elems, 1);
+  int64_t splits = std::min((target_blocks + groups - 1) / groups, (units + min_units - 1) / min_units);
+  splits = std::clamp<int64_t>(splits, 1, 65535);
+  const int64_t chunk = std::max<int64_t>((units + splits - 1) / splits, 1);
+  splits = std::max<int64_t>((units + chunk - 1) / chunk, 1);
+  Tensor partial = Tensor::empty({splits * 2 * b.channels}, like.options());
+  auto* out = static_cast<A*>(partial.data_ptr());
+  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(splits));
+  with_width<T>(vec, [&]<int V>() {
+    if (rows_layout) {
+      row_sums_kernel<T, V>
+          <<<grid, kSumThreads, 0, stream>>>(terms, b.outer, b.channels, tiles.lanes, tiles.rows, chunk, out);
+    } else {
+      plane_sums_kernel<T, V>
+          <<<grid, kSumThreads, 0, stream>>>(terms, b.outer, b.channels, b.inner, chunk, out);
+    }
+  });
+  NABLA_CUDA_CHECK_LAUNCH();
+  *splits_out = splits;
+  return partial;
+}
+
+// The two sums of channel c over all splits, taken by one whole warp: lane l adds splits l,
+// l + 32, ... in order, then a fixed butterfly adds the lanes, so the result does not depend on
+// timing, and every lane gets it. A warp, not a thread, because channels_last layers with few
+// channels have hundreds of splits.
+template <typename A>
+__device__ void warp_total_of(const A* __restrict__ partial, int64_t splits, int64_t channels, int64_t c,
+                              A& s0, A& s1) {
+  s0 = A(0);
+  s1 = A(0);
+  for (int64_t s = threadIdx.x % 32; s < splits; s += 32) {
+    s0 += partial[(s * 2) * channels + c];
+    s1 += partial[(s * 2 + 1) * channels + c];
+  }
+  for (int mask = 16; mask > 0; mask /= 2) {
+    s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
+    s1 += __shfl_xor_sync(0xffffffffu, s1, mask);
+  }
+}
+
+// The channel of the calling thread's warp in a finalize kernel (one warp per channel).
+__device__ __forceinline__ int64_t warp_channel() {
+  return (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) / 32;
+}
+
+// Blocks of kSumThreads for one warp per channel.
+inline unsigned warp_channel_blocks(int64_t channels) {
+  return static_cast<unsigned>((channels * 32 + kSumThreads - 1) / kSumThreads);
+}
+
+}  // namespace nabla::ops::cuda::batch_norm_detail
