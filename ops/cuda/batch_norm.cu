@@ -1,15 +1,17 @@
 // nabla's own CUDA batch-norm kernels, for the calls cuDNN does not take (Note [cuDNN batch
-// norm] in batch_norm_cudnn.cpp): every contiguous (NCHW) input, where they are faster than
-// cuDNN's, bfloat16 eval, very large batches, and anything cuDNN refuses. So they are built for
-// bandwidth, not only for correctness.
+// norm] in batch_norm_cudnn.cpp): every contiguous (NCHW) input and float32 channels_last
+// training, where they are faster than cuDNN's, bfloat16 eval, very large batches, and anything
+// cuDNN refuses. So they are built for bandwidth, not only for correctness
+// (bench/cuda/batch_norm_shapes.cpp times them at ResNet-50's shapes).
 //
 // Statistics and gradient sums take two kernels each: the partial sums of batch_norm_sums.cuh,
 // then one warp per channel that adds a channel's partials in a fixed order (deterministic)
 // and finishes the statistics. The variance is one pass over x, shifted by the channel's first
 // element (a sample of the channel, so the shifted mean is small and E[d^2] - E[d]^2 does not
-// cancel even when the mean is far from zero). Elementwise kernels move 8/4/2 elements per load
-// where the layout allows and find the channel once per vector. Float16/bfloat16 compute in
-// float; the statistics are float (double for float64).
+// cancel even when the mean is far from zero). The finishing kernels also leave per-channel
+// coefficients for the elementwise pass, which moves 8/4/2 elements per load where the layout
+// allows (for_each_vector). Float16/bfloat16 compute in float; the statistics are float (double
+// for float64).
 #include "nabla/ops/cuda/batch_norm_sums.cuh"
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
@@ -21,11 +23,22 @@ namespace {
 
 using namespace batch_norm_detail;
 
+// The per-channel coefficients of the elementwise passes, [K][C] in one buffer, so no element
+// divides or looks up more than its channel's K values:
+//  forward  (K = 3): y = (x - mean) * scale + shift, scale = invstd * w, shift = b;
+//  backward (K = 5): dx = (g - g_mean - (x - mean) * proj) * invstd * w, g_mean = mean(g),
+//                    proj = mean(g * (x - mean)) * invstd^2 (invstd and w apart, so dx rounds
+//                    as it did when each element looked them up).
+enum ForwardCoef { kMean, kScale, kShift, kForwardCoefs };
+enum BackwardCoef { kXMean, kGradMean, kProj, kInvstd, kWeight, kBackwardCoefs };
+
 template <typename T>
 __global__ void stats_finalize_kernel(const acc_t<T>* __restrict__ partial, int64_t splits,
                                       const T* __restrict__ x, int64_t channels, int64_t inner, int64_t count,
-                                      double eps, double momentum, acc_t<T>* save_mean, acc_t<T>* save_invstd,
-                                      acc_t<T>* running_mean, acc_t<T>* running_var) {
+                                      double eps, double momentum, const acc_t<T>* __restrict__ w,
+                                      const acc_t<T>* __restrict__ b, acc_t<T>* save_mean,
+                                      acc_t<T>* save_invstd, acc_t<T>* running_mean, acc_t<T>* running_var,
+                                      acc_t<T>* coef) {
   using A = acc_t<T>;
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
@@ -37,8 +50,12 @@ __global__ void stats_finalize_kernel(const acc_t<T>* __restrict__ partial, int6
   A var = s1 / n - shifted_mean * shifted_mean;
   var = var > A(0) ? var : A(0);
   const A mean = load_as_acc(x[c * inner]) + shifted_mean;
+  const A invstd = A(1) / sqrt(var + static_cast<A>(eps));
   save_mean[c] = mean;
-  save_invstd[c] = A(1) / sqrt(var + static_cast<A>(eps));
+  save_invstd[c] = invstd;
+  coef[kMean * channels + c] = mean;
+  coef[kScale * channels + c] = w ? invstd * w[c] : invstd;
+  coef[kShift * channels + c] = b ? b[c] : A(0);
   if (running_mean) {
     const A m = static_cast<A>(momentum);
     running_mean[c] = (A(1) - m) * running_mean[c] + m * mean;
@@ -46,95 +63,143 @@ __global__ void stats_finalize_kernel(const acc_t<T>* __restrict__ partial, int6
   }
 }
 
-// sums[c] = sum(dy), sums[C + c] = sum(dy * (x - mean)); the weight and bias gradients follow.
+// Eval: the forward coefficients from the running statistics.
+template <typename A>
+__global__ void inference_coef_kernel(const A* __restrict__ running_mean, const A* __restrict__ running_var,
+                                      const A* __restrict__ w, const A* __restrict__ b, double eps,
+                                      int64_t channels, A* __restrict__ coef) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= channels) return;
+  const A invstd = A(1) / sqrt(running_var[c] + static_cast<A>(eps));
+  coef[kMean * channels + c] = running_mean[c];
+  coef[kScale * channels + c] = w ? invstd * w[c] : invstd;
+  coef[kShift * channels + c] = b ? b[c] : A(0);
+}
+
+// From the partial sums of dy and dy * (x - mean): the weight and bias gradients and the
+// backward coefficients.
 template <typename A>
 __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t splits, int64_t channels,
-                                     const A* __restrict__ invstd, A* __restrict__ sums, A* dweight,
-                                     A* dbias) {
+                                     int64_t count, const A* __restrict__ mean, const A* __restrict__ invstd,
+                                     const A* __restrict__ w, A* __restrict__ coef, A* dweight, A* dbias) {
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
   warp_total_of(partial, splits, channels, c, s0, s1);
   if (threadIdx.x % 32 != 0) return;
-  sums[c] = s0;
-  sums[channels + c] = s1;
-  if (dweight) dweight[c] = s1 * invstd[c];
+  const A n = static_cast<A>(count), is = invstd[c];
+  coef[kXMean * channels + c] = mean[c];
+  coef[kGradMean * channels + c] = s0 / n;
+  coef[kProj * channels + c] = s1 / n * is * is;
+  coef[kInvstd * channels + c] = is;
+  coef[kWeight * channels + c] = w ? w[c] : A(1);
+  if (dweight) dweight[c] = s1 * is;
   if (dbias) dbias[c] = s0;
 }
 
 // ---- elementwise -----------------------------------------------------------------------------
 
-// The channel of element e0 and the step between the channels of its vector's elements: the
-// same channel for contiguous x, consecutive channels for channels_last.
-__device__ __forceinline__ int64_t channel_of(int64_t e0, int64_t channels, int64_t inner) {
-  return inner == 1 ? e0 % channels : (e0 / inner) % channels;
+// K coefficients of the V channels of one vector: V consecutive channels (channels_last rows,
+// one vector load per coefficient) or one channel repeated (contiguous planes).
+template <typename A, int V, int K>
+struct ChannelCoefs {
+  A v[K][V];
+  __device__ __forceinline__ void load_row(const A* __restrict__ coef, int64_t channels, int64_t c0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) load_vec<A, V>(coef + k * channels + c0, v[k]);
+  }
+  __device__ __forceinline__ void load_plane(const A* __restrict__ coef, int64_t channels, int64_t c) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const A value = coef[k * channels + c];
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[k][j] = value;
+    }
+  }
+};
+
+// Threads for an elementwise pass: enough for four vectors each, and at least one per vector of
+// a channels_last row (for_each_vector).
+inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inner, int vec) {
+  const int64_t row_vectors = inner == 1 ? channels / vec : 1;
+  return std::max(blocks_for(numel / vec, 4),
+                  static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize));
 }
 
-// y = (x - mean[c]) * invstd[c] * w[c] + b[c]; with `from_var`, `scale` holds variances. The
-// fused variants add z and/or apply a ReLU to that.
-template <typename T, int V>
-__global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
-                                 int64_t inner, const acc_t<T>* __restrict__ mean,
-                                 const acc_t<T>* __restrict__ scale, bool from_var, double eps,
-                                 const acc_t<T>* __restrict__ w, const acc_t<T>* __restrict__ b,
-                                 const T* __restrict__ z, bool relu) {
-  using A = acc_t<T>;
-  const int64_t step = inner == 1 ? 1 : 0;
-  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < numel / V;
-       g += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c0 = channel_of(g * V, channels, inner);
-    A v[V];
-    load_vec<T, V>(x + g * V, v);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int64_t c = c0 + j * step;
-      A k = from_var ? A(1) / sqrt(scale[c] + static_cast<A>(eps)) : scale[c];
-      if (w) k *= w[c];
-      v[j] = (v[j] - mean[c]) * k + (b ? b[c] : A(0));
-    }
-    if (z) {
-      A zv[V];
-      load_vec<T, V>(z + g * V, zv);
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] += zv[j];
-    }
-    if (relu) {
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
-    }
-    store_vec<T, V>(y + g * V, v);
+// Calls body(offset, coefs) for every V-element vector of x's layout, with its channels'
+// coefficients. On channels_last rows each thread keeps one set of V channels for all its rows,
+// so it loads their coefficients once: per element, looking them up would cost more than the
+// data (a warp's 32 lanes touch 32 channels, up to 8 cache lines a coefficient). Consecutive
+// threads take consecutive vectors of a row, then of the next row: coalesced.
+template <typename A, int V, int K, typename Body>
+__device__ __forceinline__ void for_each_vector(int64_t numel, int64_t channels, int64_t inner,
+                                                const A* __restrict__ coef, Body&& body) {
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t threads = int64_t{gridDim.x} * blockDim.x;
+  ChannelCoefs<A, V, K> k;
+  if (inner == 1) {
+    const int64_t cols = channels / V, rows = numel / channels;
+    const int64_t row_step = threads / cols;  // >= 1 (elementwise_blocks)
+    if (tid >= row_step * cols) return;
+    const int64_t col = tid % cols;
+    k.load_row(coef, channels, col * V);
+    for (int64_t r = tid / cols; r < rows; r += row_step) body(r * channels + col * V, k);
+    return;
+  }
+  for (int64_t g = tid; g < numel / V; g += threads) {
+    k.load_plane(coef, channels, (g * V / inner) % channels);
+    body(g * V, k);
   }
 }
 
-// dx = w * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean))), g = dy masked
-// by the fused ReLU's output y when there is one; dz = g for the fused add. dx or dz may be dy
+// y = (x - mean) * scale + shift per channel; the fused variants add z and/or apply a ReLU to it.
+template <typename T, int V>
+__global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
+                                 int64_t inner, const acc_t<T>* __restrict__ coef, const T* __restrict__ z,
+                                 bool relu) {
+  using A = acc_t<T>;
+  for_each_vector<A, V, kForwardCoefs>(numel, channels, inner, coef,
+                                       [&](int64_t off, const ChannelCoefs<A, V, kForwardCoefs>& k) {
+                                         A v[V];
+                                         load_vec<T, V>(x + off, v);
+#pragma unroll
+                                         for (int j = 0; j < V; ++j)
+                                           v[j] = (v[j] - k.v[kMean][j]) * k.v[kScale][j] + k.v[kShift][j];
+                                         if (z) {
+                                           A zv[V];
+                                           load_vec<T, V>(z + off, zv);
+#pragma unroll
+                                           for (int j = 0; j < V; ++j) v[j] += zv[j];
+                                         }
+                                         if (relu) {
+#pragma unroll
+                                           for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
+                                         }
+                                         store_vec<T, V>(y + off, v);
+                                       });
+}
+
+// dx = (g - mean(g) - (x - mean) * proj) * invstd * w (the coefficients above), g = dy masked by
+// the fused ReLU's output y when there is one; dz = g for the fused add. dx or dz may be dy
 // itself (ops/norm.cpp, fused_backward): each thread reads its elements before it writes them.
 template <typename T, int V>
 __global__ void grad_input_kernel(const T* dy, const T* __restrict__ x, T* dx, int64_t numel,
-                                  int64_t channels, int64_t inner, int64_t per_channel,
-                                  const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
-                                  const acc_t<T>* __restrict__ sums, const acc_t<T>* __restrict__ w,
+                                  int64_t channels, int64_t inner, const acc_t<T>* __restrict__ coef,
                                   const T* __restrict__ relu_y, T* dz) {
   using A = acc_t<T>;
-  const A count = static_cast<A>(per_channel);
-  const int64_t step = inner == 1 ? 1 : 0;
-  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < numel / V;
-       g += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t c0 = channel_of(g * V, channels, inner);
-    A gv[V], xv[V];
-    load_grad<T, V>(dy, relu_y, g * V, gv);
-    load_vec<T, V>(x + g * V, xv);
-    if (dz) store_vec<T, V>(dz + g * V, gv);
+  for_each_vector<A, V, kBackwardCoefs>(
+      numel, channels, inner, coef, [&](int64_t off, const ChannelCoefs<A, V, kBackwardCoefs>& k) {
+        A gv[V], xv[V];
+        load_grad<T, V>(dy, relu_y, off, gv);
+        load_vec<T, V>(x + off, xv);
+        if (dz) store_vec<T, V>(dz + off, gv);
 #pragma unroll
-    for (int j = 0; j < V; ++j) {
-      const int64_t c = c0 + j * step;
-      const A is = invstd[c];
-      const A proj = sums[channels + c] / count * is * is;
-      const A grad = gv[j] - sums[c] / count - (xv[j] - mean[c]) * proj;
-      gv[j] = grad * is * (w ? w[c] : A(1));
-    }
-    store_vec<T, V>(dx + g * V, gv);
-  }
+        for (int j = 0; j < V; ++j) {
+          const A centered = gv[j] - k.v[kGradMean][j] - (xv[j] - k.v[kXMean][j]) * k.v[kProj][j];
+          gv[j] = centered * k.v[kInvstd][j] * k.v[kWeight][j];
+        }
+        store_vec<T, V>(dx + off, gv);
+      });
 }
 
 }  // namespace
@@ -144,6 +209,7 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
   const ChannelBlocks b = blocks_of(in.x);
   if (b.channels == 0) return;
   const cudaStream_t stream = stream_for(in.x);
+  const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
     using A = acc_t<T>;
     const auto* x = static_cast<const T*>(in.x.data_ptr());
@@ -153,14 +219,14 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
     int64_t splits = 0;
     const Tensor partial = channel_sums<T>(StatsTerms<T>{x, b.inner}, b, vec, stats.mean, stream, &splits);
     stats_finalize_kernel<T><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
-        ptr<A>(partial), splits, x, b.channels, b.inner, b.per_channel(), eps, momentum, ptr<A>(stats.mean),
-        ptr<A>(stats.invstd), ptr<A>(in.running_mean), ptr<A>(in.running_var));
+        ptr<A>(partial), splits, x, b.channels, b.inner, b.per_channel(), eps, momentum, ptr<A>(in.weight),
+        ptr<A>(in.bias), ptr<A>(stats.mean), ptr<A>(stats.invstd), ptr<A>(in.running_mean),
+        ptr<A>(in.running_var), ptr<A>(coef));
     NABLA_CUDA_CHECK_LAUNCH();
     const int64_t numel = in.x.numel();
     with_width<T>(vec, [&]<int V>() {
-      normalize_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream>>>(
-          x, yp, numel, b.channels, b.inner, ptr<A>(stats.mean), ptr<A>(stats.invstd), false, eps,
-          ptr<A>(in.weight), ptr<A>(in.bias), zp, relu);
+      normalize_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+          x, yp, numel, b.channels, b.inner, ptr<A>(coef), zp, relu);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
@@ -170,14 +236,19 @@ void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, dou
   const int64_t numel = in.x.numel();
   if (numel == 0) return;
   const ChannelBlocks b = blocks_of(in.x);
+  const cudaStream_t stream = stream_for(in.x);
+  const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, in.running_mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
     using A = acc_t<T>;
     const auto* x = static_cast<const T*>(in.x.data_ptr());
     auto* yp = static_cast<T*>(y.data_ptr());
+    inference_coef_kernel<A><<<blocks_for(b.channels), kBlockSize, 0, stream>>>(
+        ptr<A>(in.running_mean), ptr<A>(in.running_var), ptr<A>(in.weight), ptr<A>(in.bias), eps, b.channels,
+        ptr<A>(coef));
+    NABLA_CUDA_CHECK_LAUNCH();
     with_width<T>(vector_width<T>(b, {x, yp}), [&]<int V>() {
-      normalize_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream_for(in.x)>>>(
-          x, yp, numel, b.channels, b.inner, ptr<A>(in.running_mean), ptr<A>(in.running_var), true, eps,
-          ptr<A>(in.weight), ptr<A>(in.bias), nullptr, false);
+      normalize_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+          x, yp, numel, b.channels, b.inner, ptr<A>(coef), nullptr, false);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
@@ -189,7 +260,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   const ChannelBlocks b = blocks_of(x);
   if (b.channels == 0) return;
   const cudaStream_t stream = stream_for(x);
-  Tensor sums = Tensor::empty({2 * b.channels}, stats.mean.options());
+  const Tensor coef = Tensor::empty({kBackwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(x.dtype(), "batch_norm_backward", [&]<typename T>() {
     using A = acc_t<T>;
     const auto* xp = static_cast<const T*>(x.data_ptr());
@@ -202,16 +273,15 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     const Tensor partial =
         channel_sums<T>(GradTerms<T>{dyp, xp, yp, ptr<A>(stats.mean)}, b, vec, stats.mean, stream, &splits);
     grad_finalize_kernel<A><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
-        ptr<A>(partial), splits, b.channels, ptr<A>(stats.invstd), ptr<A>(sums), ptr<A>(grads.dweight),
-        ptr<A>(grads.dbias));
+        ptr<A>(partial), splits, b.channels, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
+        ptr<A>(weight), ptr<A>(coef), ptr<A>(grads.dweight), ptr<A>(grads.dbias));
     NABLA_CUDA_CHECK_LAUNCH();
     NABLA_ASSERT(dxp || !dzp, "batch_norm_backward_kernel: dresidual without dx");
     if (!dxp) return;
     const int64_t numel = x.numel();
     with_width<T>(vec, [&]<int V>() {
-      grad_input_kernel<T, V><<<blocks_for(numel / V, 4), kBlockSize, 0, stream>>>(
-          dyp, xp, dxp, numel, b.channels, b.inner, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
-          ptr<A>(sums), ptr<A>(weight), yp, dzp);
+      grad_input_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+          dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef), yp, dzp);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
