@@ -2,10 +2,10 @@
 // without nvcc. Same tensor contracts as ops/cpu/norm_kernels.h. Everything runs on the current
 // stream of x's device and never synchronizes.
 //
-// A training-mode batch norm forward runs on cuDNN for channels_last input where cuDNN supports
-// the call, and on nabla's own kernels otherwise (Note [cuDNN batch norm] in
-// batch_norm_cudnn.cpp). It reports which, and its backward must be given that report back,
-// because cuDNN's backward needs the matching mode and the reserve space the forward filled.
+// A training-mode batch norm forward runs on cuDNN for channels_last float16/bfloat16/float64
+// input where cuDNN supports the call, and on nabla's own kernels otherwise (Note [cuDNN batch
+// norm] in batch_norm_cudnn.cpp). It reports which, and its backward must be given that report
+// back, because cuDNN's backward needs the matching mode and the reserve space the forward filled.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,7 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
                          const BatchNormForward& forward, double eps, const BatchNormGrads& grads);
 
-// nabla's own kernels, used when cuDNN cannot run a call (also by batch_norm_backward for
+// nabla's own kernels, used for the calls that do not go to cuDNN (also by batch_norm_backward for
 // forwards that ran on them). Same contracts as the CPU kernels, plus the fused variants: the
 // forward adds z (defined: x's shape and layout) and/or applies a ReLU; the backward takes that
 // ReLU's output y as relu_y (the gradient is masked where y <= 0) and writes the masked gradient
@@ -56,7 +56,8 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 
 // The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
 // share a layout. Channels_last float16/bfloat16 runs as one cuDNN Ex call (weight and bias must
-// be defined there), contiguous x as nabla's kernels (the statistics, then one elementwise pass).
+// be defined there); contiguous x and channels_last float32 as nabla's kernels (the statistics,
+// then one elementwise pass).
 // Returns what ran, or nullopt, having written nothing, for a channels_last call cuDNN cannot run
 // (the caller then composes the unfused ops).
 std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,
