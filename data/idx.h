@@ -10,7 +10,8 @@
 //   train->image_shape();   // 28 x 28 x 1
 //
 // Every problem (missing file, wrong magic, a count that disagrees with the file size, images and
-// labels of different lengths) is a DataError naming the file and what was wrong.
+// labels of different lengths, a label outside a known class count) is a DataError naming the
+// file and what was wrong.
 #pragma once
 
 #include <cstdint>
@@ -37,13 +38,20 @@ IdxArray parse_idx(std::span<const uint8_t> bytes, const std::string& name, size
 // Reads and parses a file.
 IdxArray read_idx(const std::string& path);
 
+struct IdxOptions {
+  // The number of classes when the data set fixes it (10 for MNIST and Fashion-MNIST): a label
+  // outside [0, num_classes) is then a DataError naming its index and value. 0 infers the count
+  // from the largest label, which is all a generic IDX file allows.
+  int64_t num_classes = 0;
+};
+
 class IdxDataset final : public ImageDataset {
  public:
   // images: (N, H, W) uint8; labels: (N) uint8.
-  IdxDataset(const std::string& images_path, const std::string& labels_path);
+  IdxDataset(const std::string& images_path, const std::string& labels_path, IdxOptions options = {});
   // The standard file names in `root`: {train,t10k}-{images-idx3,labels-idx1}-ubyte, with or
   // without .gz (and the "images.idx3-ubyte" spelling some mirrors use).
-  static std::shared_ptr<IdxDataset> open(const std::string& root, bool train);
+  static std::shared_ptr<IdxDataset> open(const std::string& root, bool train, IdxOptions options = {});
 
   int64_t size() const override { return count_; }
   ImageShape image_shape() const override { return shape_; }

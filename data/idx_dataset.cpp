@@ -13,7 +13,7 @@ namespace nabla::data {
 
 namespace fs = std::filesystem;
 
-IdxDataset::IdxDataset(const std::string& images_path, const std::string& labels_path)
+IdxDataset::IdxDataset(const std::string& images_path, const std::string& labels_path, IdxOptions options)
     : images_path_(images_path), labels_path_(labels_path) {
   images_ = read_idx(images_path);
   labels_ = read_idx(labels_path);
@@ -40,10 +40,26 @@ IdxDataset::IdxDataset(const std::string& images_path, const std::string& labels
                     fmt::format("images of {} x {} pixels are empty", images_.dims[1], images_.dims[2]));
   }
   shape_ = {.height = images_.dims[1], .width = images_.dims[2], .channels = 1};
-  num_classes_ = 1 + *std::max_element(labels_.data.begin(), labels_.data.end());
+  if (options.num_classes < 0) {
+    throw DataError(-1, labels_path,
+                    fmt::format("IdxOptions::num_classes is {}; it must be positive, or 0 to infer it",
+                                options.num_classes));
+  }
+  if (options.num_classes == 0) {
+    num_classes_ = 1 + *std::max_element(labels_.data.begin(), labels_.data.end());
+    return;
+  }
+  num_classes_ = options.num_classes;
+  for (size_t i = 0; i < labels_.data.size(); ++i) {
+    if (labels_.data[i] >= num_classes_) {
+      throw DataError(static_cast<int64_t>(i), labels_path,
+                      fmt::format("label {} of sample {} is outside [0, {}), the classes of this data set",
+                                  labels_.data[i], i, num_classes_));
+    }
+  }
 }
 
-std::shared_ptr<IdxDataset> IdxDataset::open(const std::string& root, bool train) {
+std::shared_ptr<IdxDataset> IdxDataset::open(const std::string& root, bool train, IdxOptions options) {
   if (!fs::is_directory(root)) {
     throw DataError(-1, root, "the IDX dataset folder does not exist (or is not a folder)");
   }
@@ -63,7 +79,7 @@ std::shared_ptr<IdxDataset> IdxDataset::open(const std::string& root, bool train
   };
   std::string images = find("images", 3);  // images first, so that is the one reported missing
   std::string labels = find("labels", 1);
-  return std::make_shared<IdxDataset>(images, labels);
+  return std::make_shared<IdxDataset>(images, labels, options);
 }
 
 int64_t IdxDataset::label(int64_t index) const {

@@ -28,5 +28,6 @@ std::shared_ptr<Work> ProcessGroupNccl::reduce_scatter(Tensor&, const Tensor&, R
 std::shared_ptr<Work> ProcessGroupNccl::barrier() {
   return nullptr;
 }
+void ProcessGroupNccl::launch_pending() {}
 
 }  // namespace nabla::distributed

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nabla/nabla.h"
+#include "test_paths.h"
 
 namespace nabla::testing {
 

@@ -32,9 +32,6 @@ std::string find_torch_script(const std::string& explicit_path, std::string& tri
   } else {
     if (auto dir = executable_dir(); !dir.empty()) candidates.push_back(dir / kScriptName);
     candidates.push_back(std::filesystem::path("bench") / "pytorch" / kScriptName);
-#ifdef NABLA_BENCH_TORCH_SCRIPT
-    candidates.emplace_back(NABLA_BENCH_TORCH_SCRIPT);
-#endif
   }
   tried.clear();
   for (const auto& path : candidates) {

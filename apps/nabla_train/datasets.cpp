@@ -58,8 +58,10 @@ int64_t CropFlipDataset::load_into(int64_t index, std::span<uint8_t> pixels,
 TrainData make_data(const TrainOptions& o, const Recipe& r) {
   TrainData d;
   if (r.data_kind == "fashion-mnist") {
-    auto train = data::IdxDataset::open(r.data_path, /*train=*/true);
-    d.val = data::IdxDataset::open(r.data_path, /*train=*/false);
+    // Fashion-MNIST has 10 classes: a label past them is a broken file, not an 11th class.
+    const data::IdxOptions fashion_mnist{.num_classes = 10};
+    auto train = data::IdxDataset::open(r.data_path, /*train=*/true, fashion_mnist);
+    d.val = data::IdxDataset::open(r.data_path, /*train=*/false, fashion_mnist);
     // TARGETS.md: the small CNN trains on plain images, the ResNet-18 recipe adds a random flip.
     d.train = r.arch == "smallcnn" ? std::shared_ptr<data::ImageDataset>(train)
                                    : std::make_shared<CropFlipDataset>(train, 0, true);
@@ -84,7 +86,8 @@ TrainData make_data(const TrainOptions& o, const Recipe& r) {
     d.stddev = {0.229f, 0.224f, 0.225f};
   } else {
     const auto root = std::filesystem::path(r.data_path);
-    const data::ImageFolderOptions folder;  // PNGs that hide behind .jpg names are decoded
+    data::ImageFolderOptions folder;  // PNGs that hide behind .jpg names are decoded
+    if (o.strict_jpeg) folder.decode.corrupt_data = data::CorruptDataPolicy::error;
     auto train = std::make_shared<data::ImageFolder>((root / "train").string(),
                                                      data::imagenet_train_transform(r.image_size), folder);
     auto val = std::make_shared<data::ImageFolder>(

@@ -51,6 +51,10 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
       ->capture_default_str()
       ->check(CLI::IsMember({"error", "skip"}))
       ->group(data);
+  app.add_flag("--strict-jpeg", o.strict_jpeg,
+               "A JPEG with damaged scan data (a bad Huffman code, a marker inside a scan) is a bad "
+               "sample for --on-bad-sample; by default it is decoded, filled in, and logged once")
+      ->group(data);
   app.add_option("--synthetic-size", o.synthetic_size, "Images per epoch for --data synthetic")
       ->capture_default_str()
       ->group(data);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "nabla/core/cuda/runtime.h"
@@ -172,8 +173,24 @@ struct Header {
 // Validates the JSON header against a data buffer of `data_size` bytes.
 Header parse_header(std::string_view text, uint64_t data_size, const std::string& file) {
   auto fail = [&](const std::string& what) { NABLA_CHECK(false, "safetensors file '{}': {}", file, what); };
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // JSON lets an object repeat a key and the parser keeps the last one, so two readers of the
+  // same file could see different weights: every object's keys are checked as they are parsed.
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  std::optional<std::string> duplicate;
+  auto watch_keys = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) keys_of_open_objects.emplace_back();
+    if (event == Event::object_end && !keys_of_open_objects.empty()) keys_of_open_objects.pop_back();
+    if (event == Event::key && !duplicate && !keys_of_open_objects.empty() &&
+        !keys_of_open_objects.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json j = nlohmann::json::parse(text, watch_keys, /*allow_exceptions=*/false);
   if (j.is_discarded()) fail("the header is not valid JSON");
+  if (duplicate)
+    fail(fmt::format("the header has the key \"{}\" twice in one object (keys must be unique)", *duplicate));
   if (!j.is_object()) fail("the header is not a JSON object");
   Header h;
   for (const auto& [key, value] : j.items()) {

@@ -1,7 +1,6 @@
-// JPEG (TurboJPEG) and PNG (libpng simplified API) decoding to RGB; see decode.h.
-//
-// One TurboJPEG handle per thread: handles are not thread-safe, and creating one per image costs
-// more than decoding a small thumbnail. The handle lives until its thread exits.
+// JPEG (libjpeg-turbo through the libjpeg API, detail/jpeg_decode.h, which also classifies its
+// warnings: Note [JPEG warnings]) and PNG (libpng simplified API) decoding to RGB; see decode.h.
+// TurboJPEG is used only for its list of DCT scaling factors.
 #include "nabla/data/image/decode.h"
 
 #include <png.h>
@@ -12,6 +11,7 @@
 #include <string>
 
 #include "nabla/core/error.h"
+#include "nabla/data/image/detail/jpeg_decode.h"
 
 namespace nabla::data {
 namespace {
@@ -33,74 +33,12 @@ bool is_jpeg(std::span<const uint8_t> bytes) {
   throw nabla::Error(message);
 }
 
-// Note [Fresh handle after an error]: in libjpeg-turbo 2.1, a tjDecompressHeader3 that fails
-// leaves the handle's decompressor inside the header state, and the next file's header is then
-// parsed on top of the old one ("Bogus Huffman table definition" on a valid progressive JPEG,
-// found by tests/data/image_fuzz_test.cpp). So a handle that reported anything is replaced.
-class TurboHandle {
- public:
-  TurboHandle() { open(); }
-  ~TurboHandle() { tjDestroy(handle_); }
-  TurboHandle(const TurboHandle&) = delete;
-  TurboHandle& operator=(const TurboHandle&) = delete;
-  tjhandle get() const { return handle_; }
-  void reset() {
-    tjDestroy(handle_);
-    handle_ = nullptr;
-    open();
-  }
-
- private:
-  void open() {
-    handle_ = tjInitDecompress();
-    if (handle_ == nullptr)
-      fail(std::string("cannot create a TurboJPEG decoder: ") + tjGetErrorStr2(nullptr));
-  }
-  tjhandle handle_ = nullptr;
-};
-
-TurboHandle& thread_decoder() {
-  thread_local TurboHandle handle;
-  return handle;
-}
-
-struct JpegInfo {
-  int width = 0, height = 0, subsampling = 0, colorspace = 0;
-};
-
-JpegInfo jpeg_info(std::span<const uint8_t> bytes) {
-  JpegInfo info;
-  TurboHandle& handle = thread_decoder();
-  if (tjDecompressHeader3(handle.get(), bytes.data(), static_cast<unsigned long>(bytes.size()), &info.width,
-                          &info.height, &info.subsampling, &info.colorspace) != 0) {
-    std::string message = tjGetErrorStr2(handle.get());
-    handle.reset();  // Note [Fresh handle after an error]
-    fail("corrupt JPEG header: " + message);
-  }
-  // libjpeg pads a file that ends inside the headers with a fake end marker and reports success
-  // with no frame: say what happened rather than "0x0".
-  if (info.width <= 0 || info.height <= 0) {
-    handle.reset();
-    fail("corrupt JPEG header: no frame header (the file is truncated?)");
-  }
-  return info;
-}
-
 void check_size(const char* kind, int64_t width, int64_t height, const DecodeOptions& options) {
   if (width <= 0 || height <= 0) fail(fmt::format("{} has an empty size {}x{}", kind, width, height));
   if (width * height > options.max_pixels) {
     fail(fmt::format("{} is {}x{} = {} pixels, above the limit of {} pixels (DecodeOptions::max_pixels)",
                      kind, width, height, width * height, options.max_pixels));
   }
-}
-
-// libjpeg reports a file cut short as a warning and fills the rest with gray. PIL refuses such
-// files (LOAD_TRUNCATED_IMAGES is off), and so do we. Other warnings ("extraneous bytes before
-// marker", seen in real ImageNet files) leave a complete image, which PIL also accepts.
-bool is_truncation_warning(const std::string& message) {
-  std::string lower = message;
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
-  return lower.find("premature end") != std::string::npos;
 }
 
 // Adobe CMYK JPEGs (Photoshop's, and every CMYK JPEG libjpeg writes) store inverted inks, so the
@@ -122,29 +60,27 @@ void cmyk_to_rgb(const uint8_t* inverted_cmyk, int64_t pixels, uint8_t* rgb) {
 }
 
 void decode_jpeg(std::span<const uint8_t> bytes, ScaleFactor scale, DecodedImage& out) {
-  JpegInfo info = jpeg_info(bytes);
+  const detail::JpegHeaderInfo info = detail::read_jpeg_header(bytes);
   out.scale = scale;
   out.width = scale.scaled(info.width);
   out.height = scale.scaled(info.height);
   out.pixels.resize(static_cast<size_t>(out.width) * out.height * 3);
-  bool cmyk = info.colorspace == TJCS_CMYK || info.colorspace == TJCS_YCCK;
+  const bool cmyk = info.cmyk;
   thread_local std::vector<uint8_t> cmyk_buffer;
   uint8_t* target = out.pixels.data();
   if (cmyk) {
     cmyk_buffer.resize(static_cast<size_t>(out.width) * out.height * 4);
     target = cmyk_buffer.data();
   }
-  TurboHandle& handle = thread_decoder();
-  // Grayscale JPEGs decode straight to RGB (libjpeg replicates the channel).
-  int status = tjDecompress2(handle.get(), bytes.data(), static_cast<unsigned long>(bytes.size()), target,
-                             out.width, 0, out.height, cmyk ? TJPF_CMYK : TJPF_RGB, TJFLAG_LIMITSCANS);
-  if (status != 0) {
-    std::string message = tjGetErrorStr2(handle.get());
-    bool fatal = tjGetErrorCode(handle.get()) == TJERR_FATAL;
-    handle.reset();  // Note [Fresh handle after an error]
-    if (fatal) fail("corrupt JPEG data: " + message);
-    if (is_truncation_warning(message)) fail("truncated JPEG: " + message);
-  }
+  // Grayscale JPEGs decode straight to RGB (libjpeg replicates the channel). Errors, truncation
+  // and damaged scans: Note [JPEG warnings] in detail/jpeg_decode.h.
+  auto result = detail::decode_jpeg_pixels(bytes, {.scale_num = scale.num,
+                                                   .scale_denom = scale.denom,
+                                                   .cmyk = cmyk,
+                                                   .out = target,
+                                                   .width = out.width,
+                                                   .height = out.height});
+  out.corrupt_data = std::move(result.first_corrupt);
   if (cmyk) {
     cmyk_to_rgb(cmyk_buffer.data(), static_cast<int64_t>(out.width) * out.height, out.pixels.data());
     if (cmyk_buffer.capacity() > (size_t{64} << 20))
@@ -163,6 +99,7 @@ void decode_png(std::span<const uint8_t> bytes, DecodedImage& out) {
   // simplified API would composite RGB output onto a background.
   image.format = PNG_FORMAT_RGBA;
   out.scale = {};
+  out.corrupt_data.clear();
   out.width = static_cast<int>(image.width);
   out.height = static_cast<int>(image.height);
   thread_local std::vector<uint8_t> rgba;
@@ -211,7 +148,7 @@ ImageHeader read_image_header(std::span<const uint8_t> bytes, const DecodeOption
         "not a JPEG or PNG image (starts with bytes {}; a JPEG starts with ff d8 ff, a PNG with 89 50 4e 47)",
         head));
   }
-  JpegInfo info = jpeg_info(bytes);
+  const detail::JpegHeaderInfo info = detail::read_jpeg_header(bytes);
   header = {.format = ImageFormat::jpeg, .width = info.width, .height = info.height};
   check_size("JPEG image", header.width, header.height, options);
   return header;
@@ -239,10 +176,17 @@ void decode_image(std::span<const uint8_t> bytes, const ImageHeader& header, Sca
   }
 }
 
+void apply_corrupt_data_policy(const DecodedImage& image, const DecodeOptions& options) {
+  if (!image.corrupt_data.empty() && options.corrupt_data == CorruptDataPolicy::error) {
+    fail("corrupt JPEG data: " + image.corrupt_data + " (DecodeOptions::corrupt_data is error)");
+  }
+}
+
 DecodedImage decode_image(std::span<const uint8_t> bytes, const DecodeOptions& options) {
   ImageHeader header = read_image_header(bytes, options);
   DecodedImage out;
   decode_image(bytes, header, ScaleFactor{}, out);
+  apply_corrupt_data_policy(out, options);
   return out;
 }
 

@@ -8,14 +8,15 @@
 //      so a crop that will be shrunk to 224x224 anyway is decoded at the smallest size that still
 //      covers it. This is the biggest CPU saving of the JPEG path (docs/design/data.md).
 //
-// Progressive JPEGs are decoded with TJFLAG_LIMITSCANS (libjpeg-turbo 2.1 stops after 500
-// scans), so a crafted file cannot make the decoder spin. Grayscale and CMYK JPEGs come out as
+// Progressive JPEGs stop after 500 scans (libjpeg-turbo's own TJFLAG_LIMITSCANS bound), so a
+// crafted file cannot make the decoder spin. Grayscale and CMYK JPEGs come out as
 // RGB. Errors throw nabla::Error with a message that says what was wrong; the dataset adds the
 // sample index and path (DataError).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace nabla::data {
@@ -27,6 +28,13 @@ enum class PngPolicy {
   decode,  // decode it through libpng (no DCT scaling: PNG has none)
 };
 
+// What to do with a JPEG whose entropy-coded data is damaged (a bad Huffman code, a marker inside
+// a scan): libjpeg decodes what it can and fills the rest (Note [JPEG warnings]).
+enum class CorruptDataPolicy {
+  warn,   // keep the image; DecodedImage::corrupt_data says what was wrong (ImageFolder logs it)
+  error,  // raise an error naming the problem, so OnBadSample applies to the file
+};
+
 struct DecodeOptions {
   // Largest width * height accepted; checked from the header, before allocating. The default is
   // PIL's decompression-bomb limit (2 * 89,478,485 pixels).
@@ -35,6 +43,7 @@ struct DecodeOptions {
   // Decode JPEGs at a reduced DCT scale when the crop allows it. Off: always full size, which is
   // torchvision's exact geometry (used by the parity tests) but several times slower.
   bool dct_scaling = true;
+  CorruptDataPolicy corrupt_data = CorruptDataPolicy::warn;
 };
 
 enum class ImageFormat { jpeg, png };
@@ -60,6 +69,8 @@ struct DecodedImage {
   int width = 0;
   int height = 0;
   ScaleFactor scale;
+  // libjpeg's first warning about damaged entropy-coded data; empty when the data was whole.
+  std::string corrupt_data;
 };
 
 // Reads only the headers. Throws nabla::Error for empty input, bytes that are neither JPEG nor
@@ -74,11 +85,15 @@ ScaleFactor choose_jpeg_scale(double region_width, double region_height, double 
                               double need_height);
 
 // Decodes to RGB at `scale` (ignored for PNG, which always decodes at 1). Reuses `out`'s buffer.
-// Throws nabla::Error on corrupt or truncated data.
+// Throws nabla::Error on a truncated file or data libjpeg cannot decode; damaged but decodable
+// data only sets out.corrupt_data (the caller applies DecodeOptions::corrupt_data).
 void decode_image(std::span<const uint8_t> bytes, const ImageHeader& header, ScaleFactor scale,
                   DecodedImage& out);
 
-// Header + full-size decode in one call, for tools and tests.
+// Throws when `image` has corrupt data and options.corrupt_data is CorruptDataPolicy::error.
+void apply_corrupt_data_policy(const DecodedImage& image, const DecodeOptions& options);
+
+// Header + full-size decode in one call, for tools and tests; applies options.corrupt_data.
 DecodedImage decode_image(std::span<const uint8_t> bytes, const DecodeOptions& options = {});
 
 }  // namespace nabla::data

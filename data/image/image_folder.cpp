@@ -7,9 +7,12 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 #include <utility>
 
 #include "nabla/core/error.h"
+#include "nabla/core/logging.h"
 #include "nabla/data/error.h"
 #include "nabla/data/image/pipeline.h"
 #include "nabla/data/sample_random.h"
@@ -39,11 +42,27 @@ void read_file(const std::string& path, std::vector<uint8_t>& bytes) {
               std::strerror(err));
 }
 
+struct ImageFolder::CorruptFiles {
+  std::mutex mutex;
+  std::unordered_set<int64_t> seen;  // dataset indices
+};
+
 ImageFolder::ImageFolder(std::string root, ImageTransform transform, ImageFolderOptions options)
-    : root_(std::move(root)), transform_(transform), options_(std::move(options)) {
+    : root_(std::move(root)),
+      transform_(transform),
+      options_(std::move(options)),
+      corrupt_(std::make_unique<CorruptFiles>()) {
   NABLA_CHECK(transform_.size > 0, "ImageFolder output size must be positive, got {}", transform_.size);
   while (root_.size() > 1 && root_.back() == '/') root_.pop_back();
   index_ = index_image_folder(root_, options_.index);
+}
+
+ImageFolder::~ImageFolder() = default;
+ImageFolder::ImageFolder(ImageFolder&&) noexcept = default;
+
+int64_t ImageFolder::corrupt_files() const {
+  std::lock_guard lock(corrupt_->mutex);
+  return static_cast<int64_t>(corrupt_->seen.size());
 }
 
 void ImageFolder::check_index(int64_t index) const {
@@ -67,7 +86,16 @@ int64_t ImageFolder::load_into(int64_t index, std::span<uint8_t> pixels, const S
   try {
     read_file(file, bytes);
     SampleRandom random(context);
-    decode_transformed(bytes, transform_, options_.decode, random, pixels);
+    const std::string damage = decode_transformed(bytes, transform_, options_.decode, random, pixels);
+    if (!damage.empty()) {
+      std::lock_guard lock(corrupt_->mutex);
+      if (corrupt_->seen.insert(index).second) {
+        NABLA_LOG_WARN(
+            "sample {} ({}): {}; decoded with the damaged part filled in ({} such file(s) so far; "
+            "CorruptDataPolicy::error, or nabla-train --strict-jpeg, makes it an error)",
+            index, file, damage, corrupt_->seen.size());
+      }
+    }
   } catch (const DataError&) {
     throw;
   } catch (const nabla::Error& e) {

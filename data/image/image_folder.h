@@ -8,9 +8,12 @@
 // Class indices and sample order match torchvision.datasets.ImageFolder (folder_index.h). Each
 // load_into() reads the file, decodes it at the smallest DCT scale the crop allows, and writes the
 // crop straight into the caller's slot (pipeline.h). A file that cannot be read or decoded
-// raises DataError naming the sample's index and path.
+// raises DataError naming the sample's index and path. A JPEG whose scan data is damaged but
+// decodes (DecodeOptions::corrupt_data = warn, the default) is logged once and counted
+// (corrupt_files()); with CorruptDataPolicy::error it is a DataError like any other bad file.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +32,8 @@ struct ImageFolderOptions {
 class ImageFolder : public ImageDataset {
  public:
   ImageFolder(std::string root, ImageTransform transform, ImageFolderOptions options = {});
+  ~ImageFolder() override;
+  ImageFolder(ImageFolder&&) noexcept;
 
   int64_t size() const override { return static_cast<int64_t>(index_.files.size()); }
   ImageShape image_shape() const override { return {.height = transform_.size, .width = transform_.size}; }
@@ -41,6 +46,8 @@ class ImageFolder : public ImageDataset {
   int64_t label(int64_t index) const;
   bool index_from_cache() const { return index_.from_cache; }
   const ImageTransform& transform() const { return transform_; }
+  // How many distinct files decoded with damaged JPEG data so far (each is logged once).
+  int64_t corrupt_files() const;
 
  private:
   void check_index(int64_t index) const;
@@ -49,6 +56,8 @@ class ImageFolder : public ImageDataset {
   ImageTransform transform_;
   ImageFolderOptions options_;
   FolderIndex index_;
+  struct CorruptFiles;  // which files were logged: loader threads share it
+  std::unique_ptr<CorruptFiles> corrupt_;
 };
 
 // Reads a whole file into `bytes` (reusing its capacity). Throws nabla::Error naming the path.

@@ -36,8 +36,8 @@ ImagePlan plan_image(const ImageHeader& header, const ImageTransform& transform,
   return plan;
 }
 
-void decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& transform,
-                        const DecodeOptions& options, SampleRandom& random, std::span<uint8_t> out) {
+std::string decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& transform,
+                               const DecodeOptions& options, SampleRandom& random, std::span<uint8_t> out) {
   auto expected = static_cast<size_t>(transform.size * transform.size * 3);
   NABLA_CHECK(out.size() == expected, "image slot holds {} bytes, expected {}x{}x3 = {}", out.size(),
               transform.size, transform.size, expected);
@@ -45,6 +45,7 @@ void decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& tr
   ImagePlan plan = plan_image(header, transform, options, random);
   thread_local DecodedImage decoded;  // reused: one full-image buffer per worker thread
   decode_image(bytes, header, plan.scale, decoded);
+  apply_corrupt_data_policy(decoded, options);
   double scale = decoded.scale.value();
   ResampleMap map = plan.map;
   if (scale != 1.0) map = {.y = map.y.scaled(scale, decoded.height), .x = map.x.scaled(scale, decoded.width)};
@@ -54,6 +55,7 @@ void decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& tr
   // a few hundred MB after one 100-megapixel file would be a leak in all but name.
   constexpr size_t kKeepBytes = size_t{48} << 20;  // a 4000 x 4000 RGB image
   if (decoded.pixels.capacity() > kKeepBytes) std::vector<uint8_t>().swap(decoded.pixels);
+  return decoded.corrupt_data;
 }
 
 }  // namespace nabla::data

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "nabla/data/image/decode.h"
 #include "nabla/data/image/transforms.h"
@@ -30,7 +31,9 @@ ImagePlan plan_image(const ImageHeader& header, const ImageTransform& transform,
 
 // Decodes `bytes` and writes the transformed (size, size, 3) image into `out`. Throws
 // nabla::Error for a bad image (see decode.h). `out` must hold transform.size^2 * 3 bytes.
-void decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& transform,
-                        const DecodeOptions& options, SampleRandom& random, std::span<uint8_t> out);
+// Returns libjpeg's warning about damaged data when options.corrupt_data lets the image through
+// (CorruptDataPolicy::warn), else "".
+std::string decode_transformed(std::span<const uint8_t> bytes, const ImageTransform& transform,
+                               const DecodeOptions& options, SampleRandom& random, std::span<uint8_t> out);
 
 }  // namespace nabla::data

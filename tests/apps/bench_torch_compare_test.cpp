@@ -31,11 +31,11 @@ TEST(BenchTorchCompare, ShellQuotingSurvivesTheShell) {
   EXPECT_EQ(result.output, word);
 }
 
-TEST(BenchTorchCompare, FindsTheScriptGivenOrInTheSourceTree) {
+TEST(BenchTorchCompare, FindsTheScriptGivenOrBesideTheBinary) {
   std::string tried;
   EXPECT_EQ(find_torch_script("/nonexistent/nabla_bench_torch.py", tried), "");
   EXPECT_NE(tried.find("/nonexistent/nabla_bench_torch.py"), std::string::npos) << tried;
-  // With no path given, the source tree's copy (compiled in) is found.
+  // With no path given, the copy beside the binary (tests/CMakeLists.txt puts one there) is found.
   std::string found = find_torch_script("", tried);
   ASSERT_NE(found, "") << tried;
   EXPECT_NE(read_file(found).find("def main(argv)"), std::string::npos) << found;

@@ -208,7 +208,7 @@ TEST(TensorBoardWriter, PythonReaderAgrees) {
   TempDir dir;
   ts::TensorBoardWriter tb(dir.path().string());
   auto written = write_random_events(tb, test_seed());
-  const auto script = std::filesystem::path(__FILE__).parent_path() / "read_tfevents.py";
+  const auto script = nabla::testing::source_file("tests/apps/read_tfevents.py");
   ASSERT_TRUE(std::filesystem::exists(script)) << script;
   auto result =
       nabla::testing::run_command("/usr/bin/python3 '" + script.string() + "' '" + tb.path() + "' 2>&1");

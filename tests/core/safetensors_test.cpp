@@ -315,6 +315,28 @@ TEST_F(SafetensorsAbuse, OffsetsOverlapAnotherTensor) {
                   "tensor \"b\" (data_offsets [4, 12]) overlaps tensor \"a\"");
 }
 
+// JSON parsers keep one of two equal keys (nlohmann the last, others the first), so a file
+// with a repeated tensor name would load different weights in different readers. Each of these
+// files is valid once the repeated key is dropped.
+TEST_F(SafetensorsAbuse, RepeatedTensorNameIsRejectedAndNamed) {
+  std::string header = R"({"w":{"dtype":"I32","shape":[1],"data_offsets":[0,4]},)"
+                       R"("w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  expect_rejected(image(header, std::string(4, '\x01')), "the key \"w\" twice");
+}
+
+TEST_F(SafetensorsAbuse, RepeatedFieldInsideAnEntryIsRejected) {
+  expect_rejected(entry_file(R"({"dtype":"I32","dtype":"F32","shape":[2],"data_offsets":[0,8]})"),
+                  "the key \"dtype\" twice");
+}
+
+TEST_F(SafetensorsAbuse, EqualKeysInDifferentObjectsAreAccepted) {
+  std::string header = R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                       R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  std::string bytes = image(header, std::string(8, '\x01'));
+  auto file = parse_safetensors(std::as_bytes(std::span(bytes.data(), bytes.size())), "mem");
+  EXPECT_EQ(file.tensors.size(), 2u);
+}
+
 TEST_F(SafetensorsAbuse, SpanDisagreesWithShape) {
   expect_rejected(entry_file(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"),
                   "span 8 bytes but shape [3] of F32 needs 12");

@@ -101,6 +101,26 @@ TEST_F(IdxFiles, OpenFindsTheStandardNamesAndReportsMissingOnes) {
   EXPECT_NABLA_ERROR(IdxDataset::open((dir_ / "nope").string(), true), "does not exist");
 }
 
+// A data set whose classes are known (Fashion-MNIST's 10) rejects a label past them, naming the
+// sample and the value; without a known count the same file is a 251-class problem.
+TEST_F(IdxFiles, LabelOutsideAKnownClassCountIsAnErrorNamingIndexAndValue) {
+  const uint64_t seed = testing::test_seed();
+  std::string images = write("i", idx_bytes(0x08, {6, 2, 2}, random_bytes(6 * 4, seed)));
+  auto labels = random_bytes(6, seed + 1, 10);
+  labels[4] = 250;
+  std::string labels_path = write("l", idx_bytes(0x08, {6}, labels));
+  EXPECT_NABLA_ERROR((void)IdxDataset(images, labels_path, {.num_classes = 10}), "label 250 of sample 4",
+                     "outside [0, 10)", labels_path.c_str());
+  EXPECT_EQ(IdxDataset(images, labels_path).num_classes(), 251);
+
+  labels[4] = 9;  // in range: the known count is the class count, whatever the labels drawn
+  labels_path = write("l", idx_bytes(0x08, {6}, labels));
+  IdxDataset ok(images, labels_path, {.num_classes = 10});
+  EXPECT_EQ(ok.num_classes(), 10);
+  EXPECT_EQ(ok.label(4), 9);
+  EXPECT_NABLA_ERROR((void)IdxDataset(images, labels_path, {.num_classes = -1}), "num_classes is -1");
+}
+
 // Each malformed images file, paired with good labels, must fail with these fragments.
 TEST_F(IdxFiles, MalformedFilesAreErrorsNamingFileAndProblem) {
   const auto payload = random_bytes(3 * 2 * 2, testing::test_seed());

@@ -106,7 +106,40 @@ TEST_F(DecodeFixtures, TruncatedJpegIsAnErrorNotAGrayImage) {
   EXPECT_NABLA_ERROR(decode_image(jpeg, header, {}, out), "truncated JPEG");
 }
 
-// Note [Fresh handle after an error] in data/image/decode.cpp: a failed header read must not
+// Note [JPEG warnings] (data/image/detail/jpeg_decode.h): damaged scan data still decodes, at
+// full size, but says so; under CorruptDataPolicy::error it is an error naming the problem.
+TEST_F(DecodeFixtures, DamagedScanDataIsReportedAndAnErrorWhenStrict) {
+  const auto jpeg = bytes("rgb.jpg");
+  const auto clean = decode_image(jpeg);
+  EXPECT_EQ(clean.corrupt_data, "");
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> bytes;
+  };
+  for (const auto& [name, damaged] :
+       {Case{"bad Huffman code", nabla::testing::with_bad_huffman_code(jpeg)},
+        Case{"marker in the scan", nabla::testing::with_marker_in_scan(jpeg)}}) {
+    SCOPED_TRACE(name);
+    auto image = decode_image(damaged);
+    EXPECT_EQ(image.width, 259);
+    EXPECT_EQ(image.height, 173);
+    EXPECT_NE(image.corrupt_data.find("Corrupt JPEG data"), std::string::npos) << image.corrupt_data;
+    EXPECT_NE(image.pixels, clean.pixels);  // the damage shows: the rest of the scan is lost
+    EXPECT_NABLA_ERROR(decode_image(damaged, {.corrupt_data = CorruptDataPolicy::error}), "corrupt JPEG data",
+                       image.corrupt_data.c_str(), "DecodeOptions::corrupt_data");
+  }
+}
+
+// The harmless warning of real ImageNet files leaves the image whole, as PIL decodes it.
+TEST_F(DecodeFixtures, ExtraneousBytesBeforeAMarkerAreAccepted) {
+  const auto jpeg = bytes("rgb.jpg");
+  auto image =
+      decode_image(nabla::testing::with_extraneous_bytes(jpeg), {.corrupt_data = CorruptDataPolicy::error});
+  EXPECT_EQ(image.corrupt_data, "");
+  EXPECT_EQ(image.pixels, decode_image(jpeg).pixels);
+}
+
+// Note [Fresh handle after an error] in data/image/jpeg_decode.cpp: a failed header read must not
 // leave the thread's decoder in a state that breaks the next, valid file.
 TEST_F(DecodeFixtures, AFailedFileDoesNotBreakTheNextOneOnTheSameThread) {
   auto jpeg = bytes("rgb.jpg");

@@ -139,6 +139,35 @@ TEST_F(ImageFolderTest, BadFilesRaiseDataErrorWithIndexAndPath) {
   EXPECT_EQ(lenient.load_into(3, slot, {.index = 3}), 0);
 }
 
+// A damaged but decodable JPEG trains by default and is counted once however often it is read;
+// CorruptDataPolicy::error (nabla-train --strict-jpeg) makes it a DataError, so OnBadSample applies.
+TEST_F(ImageFolderTest, DamagedJpegIsCountedOnceOrIsABadSampleWhenStrict) {
+  std::string root = dir_ / "damaged";
+  write_bytes(root + "/c/0_good.JPEG", jpeg_);
+  write_bytes(root + "/c/1_damaged.JPEG", nabla::testing::with_bad_huffman_code(jpeg_));
+  write_bytes(root + "/c/2_harmless.JPEG", nabla::testing::with_extraneous_bytes(jpeg_));
+  std::vector<uint8_t> slot(size_t{32} * 32 * 3);
+  ImageFolder folder(root, imagenet_val_transform(32, 36));
+  EXPECT_EQ(folder.corrupt_files(), 0);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(folder.load_into(i, slot, {.epoch = epoch, .index = i}), 0);
+  }
+  EXPECT_EQ(folder.corrupt_files(), 1);
+
+  ImageFolder strict(root, imagenet_val_transform(32, 36),
+                     {.decode = {.corrupt_data = CorruptDataPolicy::error}, .index = {}});
+  EXPECT_EQ(strict.load_into(0, slot, {.index = 0}), 0);
+  EXPECT_EQ(strict.load_into(2, slot, {.index = 2}), 0);
+  try {
+    strict.load_into(1, slot, {.index = 1});
+    ADD_FAILURE() << "the damaged file should fail under CorruptDataPolicy::error";
+  } catch (const DataError& e) {
+    EXPECT_EQ(e.index(), 1);
+    EXPECT_NE(std::string(e.what()).find("corrupt JPEG data"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(strict.corrupt_files(), 0);
+}
+
 TEST_F(ImageFolderTest, SamplesAreReproducibleForASeedAndVaryWithTheEpoch) {
   std::string root = make_tree();
   ImageFolder folder(root, imagenet_train_transform(48));

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace nabla::testing {
 
 // A fresh directory under the system temp dir, removed with the object.
@@ -59,7 +61,7 @@ inline bool have_torchvision() {
 }
 
 inline std::string image_reference_script() {
-  return (std::filesystem::path(__FILE__).parent_path() / "image_reference.py").string();
+  return source_file("tests/data/image_reference.py").string();
 }
 
 // Runs tests/data/image_reference.py with `args`; false (and a test failure) if it does not succeed.
@@ -78,11 +80,10 @@ inline void run_image_reference(const std::string& args) {
 // The build tree's directory for test data made once and shared by test processes, or "" when
 // it is missing and cannot be made (a test binary copied to another machine).
 inline std::string test_cache_dir() {
-#ifdef NABLA_TEST_CACHE_DIR
+  const std::string dir = build_file("cache").string();  // build/<preset>/tests/cache
   std::error_code error;
-  std::filesystem::create_directories(NABLA_TEST_CACHE_DIR, error);
-  if (!error && ::access(NABLA_TEST_CACHE_DIR, W_OK) == 0) return NABLA_TEST_CACHE_DIR;
-#endif
+  std::filesystem::create_directories(dir, error);
+  if (!error && ::access(dir.c_str(), W_OK) == 0) return dir;
   return "";
 }
 
@@ -177,6 +178,40 @@ inline std::vector<std::vector<uint8_t>> torchvision_outputs(const std::vector<T
   }
   // The file-level image is unused: every job names its own.
   return torchvision_outputs({}, 0, 0, specs);
+}
+
+// Damaged copies of a baseline JPEG, for Note [JPEG warnings] (data/image/detail/jpeg_decode.h).
+// `at` is a fraction of the way through the first scan's entropy-coded data.
+inline std::vector<uint8_t> insert_into_scan(std::vector<uint8_t> jpeg, const std::vector<uint8_t>& bytes,
+                                             double at = 0.5) {
+  size_t sos = 2;
+  while (sos + 3 < jpeg.size() && !(jpeg[sos] == 0xFF && jpeg[sos + 1] == 0xDA)) ++sos;
+  const size_t begin = sos + 2 + (size_t{jpeg[sos + 2]} << 8 | jpeg[sos + 3]);
+  const size_t end = jpeg.size() - 2;  // the EOI marker
+  auto where = begin + static_cast<size_t>(static_cast<double>(end - begin) * at);
+  while (where > begin && jpeg[where - 1] == 0xFF) --where;  // never split a stuffed 0xFF 0x00
+  jpeg.insert(jpeg.begin() + static_cast<std::ptrdiff_t>(where), bytes.begin(), bytes.end());
+  return jpeg;
+}
+// Four stuffed 0xFF bytes are 32 one-bits: longer than any Huffman code (16 bits at most). They
+// go near the scan's end: libjpeg-turbo's fast Huffman path (used while more than ~512 bytes
+// per block of an MCU remain) decodes a bad code as 0 without a warning; its slow path warns.
+inline std::vector<uint8_t> with_bad_huffman_code(const std::vector<uint8_t>& jpeg) {
+  return insert_into_scan(jpeg, {0xFF, 0x00, 0xFF, 0x00, 0xFF, 0x00, 0xFF, 0x00}, 0.995);
+}
+// A restart marker (RST3) in a scan that has no restart interval.
+inline std::vector<uint8_t> with_marker_in_scan(const std::vector<uint8_t>& jpeg) {
+  return insert_into_scan(jpeg, {0xFF, 0xD3});
+}
+// Garbage between SOI and the next marker: libjpeg's "extraneous bytes before marker", which
+// real ImageNet files raise and PIL accepts.
+// They go after the first marker segment (SOI must be followed by a marker at once).
+inline std::vector<uint8_t> with_extraneous_bytes(std::vector<uint8_t> jpeg) {
+  const std::vector<uint8_t> garbage = {0x12, 0x34, 0x56};
+  const size_t after_first_segment = 4 + (size_t{jpeg[4]} << 8 | jpeg[5]);
+  jpeg.insert(jpeg.begin() + static_cast<std::ptrdiff_t>(after_first_segment), garbage.begin(),
+              garbage.end());
+  return jpeg;
 }
 
 // Largest and mean absolute difference of two byte arrays of the same length.

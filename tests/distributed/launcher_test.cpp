@@ -14,6 +14,8 @@
 #include <fstream>
 #include <thread>
 
+#include "test_paths.h"
+
 namespace {
 
 struct Result {
@@ -33,7 +35,7 @@ Result run(const std::string& command) {
   return r;
 }
 
-const std::string kRun = NABLA_RUN_PATH;
+const std::string kRun = nabla::testing::build_file(NABLA_RUN_PATH).string();
 
 TEST(Launcher, EveryRankGetsTheTorchrunEnvironment) {
   auto r = run(kRun +

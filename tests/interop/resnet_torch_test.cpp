@@ -35,15 +35,8 @@ constexpr const char* kPython = "/usr/bin/python3";
 constexpr double kFloat32Tolerance = 1e-4;
 constexpr double kFloat64Tolerance = 1e-9;
 
-// Next to this source file; or, when the tree was copied elsewhere (the GPU machine), found from
-// the binary's place in it: <root>/build/<preset>/tests/nabla_interop_tests.
 fs::path script_path() {
-  fs::path here = fs::path(__FILE__).parent_path() / "torch_resnet.py";
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  fs::path from_binary =
-      exe.parent_path().parent_path().parent_path().parent_path() / "tests/interop/torch_resnet.py";
-  return fs::exists(here) || ec ? here : from_binary;
+  return nabla::testing::source_file("tests/interop/torch_resnet.py");  // tests/test_paths.h
 }
 
 bool torchvision_available() {

@@ -125,8 +125,8 @@ TEST_F(TrainRun, WritesMetricsTensorBoardEventsAndCheckpoints) {
 
 TEST_F(TrainRun, SigintSavesAtTheNextStepAndExitsZero) {
   const std::string log = dir_.file("log.txt");
-  const std::string command = std::string(NABLA_TRAIN_PATH) + " --epochs 200 --checkpoint-dir " +
-                              dir_.file("sig") + common() + " > " + log + " 2>&1";
+  const std::string command = train_binary() + " --epochs 200 --checkpoint-dir " + dir_.file("sig") +
+                              common() + " > " + log + " 2>&1";
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -158,9 +158,8 @@ TEST_F(TrainRun, SigintSavesAtTheNextStepAndExitsZero) {
 TEST(TrainImageFolder, TrainsOnRealJpegsInTheImageNetLayout) {
   TempDir dir;
   const std::string make =
-      std::string("/usr/bin/python3 ") + NABLA_SOURCE_DIR +
-      "/tools/make_jpeg_set.py --classes 10 --per-photo 4 --val-per-photo 1 --width 64 --out " +
-      dir.file("jpegs") + " 2>&1";
+      "/usr/bin/python3 " + nabla::testing::source_file("tools/make_jpeg_set.py").string() +
+      " --classes 10 --per-photo 4 --val-per-photo 1 --width 64 --out " + dir.file("jpegs") + " 2>&1";
   auto made = run_command(make);
   if (made.status != 0)
     GTEST_SKIP() << "cannot make the JPEG set (mate-backgrounds, python3-pil): " << made.output;

@@ -10,6 +10,7 @@
 
 #include "../apps/apps_test_util.h"
 #include "nabla/data/idx.h"
+#include "test_paths.h"
 
 namespace nabla::testing {
 
@@ -20,9 +21,14 @@ inline bool have_fashion_mnist() {
          std::filesystem::exists(std::string(kFashionMnist) + "/train-images-idx3-ubyte");
 }
 
+// The nabla-train binary of this build (NABLA_TRAIN_PATH is relative to the test binary's folder).
+inline std::string train_binary() {
+  return nabla::testing::build_file(NABLA_TRAIN_PATH).string();
+}
+
 // nabla-train with `args`, stdout and stderr merged.
 inline CommandResult run_train(const std::string& args) {
-  return run_command(std::string(NABLA_TRAIN_PATH) + " " + args + " 2>&1");
+  return run_command(train_binary() + " " + args + " 2>&1");
 }
 
 inline int exit_code(const CommandResult& r) {

@@ -17,18 +17,19 @@ void batch_norm_backward(const Tensor&, const Tensor&, const Tensor&, const Batc
                          const BatchNormForward&, double, const BatchNormGrads&) {
   NABLA_CHECK(false, "cuda::batch_norm_backward: nabla was built without CUDA");
 }
-void batch_norm_forward_kernel(const BatchNormInputs&, const Tensor&, const BatchNormStats&, double, double) {
+void batch_norm_forward_kernel(const BatchNormInputs&, const Tensor&, const BatchNormStats&, double, double,
+                               const Tensor&, bool) {
   NABLA_CHECK(false, "cuda::batch_norm_forward_kernel: nabla was built without CUDA");
 }
 void batch_norm_inference_kernel(const BatchNormInputs&, const Tensor&, double) {
   NABLA_CHECK(false, "cuda::batch_norm_inference_kernel: nabla was built without CUDA");
 }
 void batch_norm_backward_kernel(const Tensor&, const Tensor&, const Tensor&, const BatchNormStats&,
-                                const BatchNormGrads&) {
+                                const BatchNormGrads&, const Tensor&) {
   NABLA_CHECK(false, "cuda::batch_norm_backward_kernel: nabla was built without CUDA");
 }
-std::optional<Tensor> batch_norm_fused_forward(const BatchNormInputs&, const Tensor&, const Tensor&,
-                                               const BatchNormStats&, double, double) {
+std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs&, const Tensor&, const Tensor&,
+                                                         const BatchNormStats&, double, double) {
   NABLA_CHECK(false, "cuda::batch_norm_fused_forward: nabla was built without CUDA");
   return std::nullopt;
 }
