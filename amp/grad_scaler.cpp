@@ -11,6 +11,7 @@
 #include "nabla/amp/cuda/unscale.h"
 #include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/dispatch.h"
 #include "nabla/core/logging.h"
 #include "nabla/ops/ops.h"
 
@@ -115,7 +116,9 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       if (!param.grad().defined()) continue;
       Tensor grad = param.grad();
       Tensor& flag = flag_for(state.found_inf, grad.device());
-      if (cuda::unscale_eligible(grad)) {
+      const bool eligible = dispatch(
+          "unscale_", grad, [] { return false; }, [&] { return cuda::unscale_eligible(grad); });
+      if (eligible) {
         fused[grad.device().index].push_back(grad);
         continue;
       }
@@ -133,7 +136,9 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
   }
   for (auto& [index, grads] : fused) {
     const Device device = Device::cuda(index);
-    cuda::multi_tensor_unscale(grads, inv_on(device), flag_for(state.found_inf, device));
+    dispatch(
+        "unscale_", device, [] { NABLA_ASSERT(false, "a CPU gradient reached the fused unscale"); },
+        [&] { cuda::multi_tensor_unscale(grads, inv_on(device), flag_for(state.found_inf, device)); });
   }
   state.unscaled = true;
 }

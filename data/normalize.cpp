@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "nabla/core/cuda/stream.h"
+#include "nabla/core/dispatch.h"
 #include "nabla/core/half.h"
 #include "nabla/data/cuda/normalize_cuda.h"
 
@@ -77,16 +78,21 @@ Tensor normalize_images(const Tensor& images, const NormalizeOptions& options) {
       {n, c, h, w},
       {.dtype = options.dtype, .device = images.device(), .memory_format = options.memory_format});
   const auto* src = static_cast<const uint8_t*>(images.data_ptr());
-  if (images.is_cuda()) {
-    cuda::launch_normalize(src, out.data_ptr(), n, h, w, c, options.dtype, channels_last, k,
-                           nabla::cuda::current_stream(images.device().index));
-  } else if (options.dtype == kFloat32) {
-    normalize_cpu(src, out.data_ptr<float>(), n, h * w, c, channels_last, k);
-  } else if (options.dtype == kFloat16) {
-    normalize_cpu(src, out.data_ptr<Half>(), n, h * w, c, channels_last, k);
-  } else {
-    normalize_cpu(src, out.data_ptr<BFloat16>(), n, h * w, c, channels_last, k);
-  }
+  dispatch(
+      "normalize_images", images,
+      [&] {
+        if (options.dtype == kFloat32) {
+          normalize_cpu(src, out.data_ptr<float>(), n, h * w, c, channels_last, k);
+        } else if (options.dtype == kFloat16) {
+          normalize_cpu(src, out.data_ptr<Half>(), n, h * w, c, channels_last, k);
+        } else {
+          normalize_cpu(src, out.data_ptr<BFloat16>(), n, h * w, c, channels_last, k);
+        }
+      },
+      [&] {
+        cuda::launch_normalize(src, out.data_ptr(), n, h, w, c, options.dtype, channels_last, k,
+                               nabla::cuda::current_stream(images.device().index));
+      });
   return out;
 }
 

@@ -1,6 +1,22 @@
 #include "nabla/distributed/process_group.h"
 
+#include "nabla/core/dispatch.h"
+#include "nabla/distributed/process_group_nccl.h"
+
 namespace nabla::distributed {
+
+std::unique_ptr<ProcessGroup> make_nccl_process_group(Store& store, int rank, int size,
+                                                      ProcessGroupOptions options) {
+  // Note [One backend dispatch]: without CUDA this branch compiles away, and ProcessGroupNccl
+  // needs no definition.
+  if constexpr (kHasCuda) {
+    return std::make_unique<ProcessGroupNccl>(store, rank, size, options);
+  } else {
+    throw Error(
+        "ProcessGroupNccl: this nabla was built without CUDA; use ProcessGroupGloo for CPU tensors, or "
+        "rebuild with the CUDA toolkit (cmake --preset cuda)");
+  }
+}
 
 const char* to_string(ReduceOp op) {
   switch (op) {

@@ -1,8 +1,12 @@
-// Public header. The CUDA ProcessGroup on NCCL.
+// Public header. The CUDA ProcessGroup on NCCL (distributed/cuda/process_group_nccl.cpp).
 //
 //   nabla::cuda::set_device(local_rank);
-//   ProcessGroupNccl group(*store, rank, world_size);        // NCCL id shared through the store
-//   group.allreduce(grad, ReduceOp::average)->wait();        // compute stream waits; host does not
+//   auto group = make_nccl_process_group(*store, rank, world_size);  // NCCL id through the store
+//   group->allreduce(grad, ReduceOp::average)->wait();  // compute stream waits; host does not
+//
+// make_nccl_process_group works in every build: without CUDA it throws a clear "built without
+// CUDA" error. The class itself is defined only in CUDA builds, so constructing a
+// ProcessGroupNccl directly in a build without CUDA fails to link.
 //
 // Collectives run on the group's own communication stream: it first waits (on the device) for
 // the work already queued on the caller's current stream, and wait() makes the current stream
@@ -29,6 +33,10 @@
 #include "nabla/distributed/store.h"
 
 namespace nabla::distributed {
+
+// A ProcessGroupNccl, or (in a build without CUDA) an Error that says so and names the way out.
+std::unique_ptr<ProcessGroup> make_nccl_process_group(Store& store, int rank, int size,
+                                                      ProcessGroupOptions options = {});
 
 class ProcessGroupNccl : public ProcessGroup {
  public:

@@ -149,22 +149,21 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::
     return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out).to(x.dtype());
   }
   const Tensor b = bias.defined() ? bias.contiguous() : bias;
-  switch (x.device().type) {
-    case DeviceType::CPU: {
-      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-      Tensor y = empty_in(out, x, MemoryFormat::Contiguous);
-      ops::cpu::conv2d_forward(x.contiguous(), w.contiguous(), b, y, p);
-      return y.contiguous(format);
-    }
-    case DeviceType::CUDA: {
-      const MemoryFormat run = cudnn_format(format, x.dtype());
-      Tensor y = empty_in(out, x, run);
-      if (y.numel() > 0)
-        ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, cudnn_settings());
-      return y.contiguous(format);
-    }
-  }
-  __builtin_unreachable();
+  return ops::dispatch(
+      "conv2d_forward", x,
+      [&] {
+        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
+        Tensor y = empty_in(out, x, MemoryFormat::Contiguous);
+        ops::cpu::conv2d_forward(x.contiguous(), w.contiguous(), b, y, p);
+        return y.contiguous(format);
+      },
+      [&] {
+        const MemoryFormat run = cudnn_format(format, x.dtype());
+        Tensor y = empty_in(out, x, run);
+        if (y.numel() > 0)
+          ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, cudnn_settings());
+        return y.contiguous(format);
+      });
 }
 
 // The gradient with respect to the input (shape `x_sizes`, layout `format`). Records no history.
@@ -174,23 +173,23 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
   if (w.is_cpu() && is_reduced_float(w.dtype())) {
     return input_gradient(grad_y.to(kFloat32), w.to(kFloat32), x_sizes, format, p).to(w.dtype());
   }
-  switch (w.device().type) {
-    case DeviceType::CPU: {
-      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-      Tensor gx = empty_in(x_sizes, w, MemoryFormat::Contiguous);
-      ops::cpu::conv2d_backward_input(grad_y.contiguous(), w.contiguous(), gx, p);
-      return gx.contiguous(format);
-    }
-    case DeviceType::CUDA: {
-      const MemoryFormat run = cudnn_format(format, w.dtype());
-      Tensor gx = empty_in(x_sizes, w, run);
-      if (gx.numel() > 0) {
-        ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p, cudnn_settings());
-      }
-      return gx.contiguous(format);
-    }
-  }
-  __builtin_unreachable();
+  return ops::dispatch(
+      "conv2d_backward_input", w,
+      [&] {
+        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
+        Tensor gx = empty_in(x_sizes, w, MemoryFormat::Contiguous);
+        ops::cpu::conv2d_backward_input(grad_y.contiguous(), w.contiguous(), gx, p);
+        return gx.contiguous(format);
+      },
+      [&] {
+        const MemoryFormat run = cudnn_format(format, w.dtype());
+        Tensor gx = empty_in(x_sizes, w, run);
+        if (gx.numel() > 0) {
+          ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p,
+                                           cudnn_settings());
+        }
+        return gx.contiguous(format);
+      });
 }
 
 // The gradient with respect to the weight, in the weight's layout. Records no history.
@@ -200,24 +199,23 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
     return weight_gradient(grad_y.to(kFloat32), x.to(kFloat32), w, p).to(w.dtype());
   }
   const MemoryFormat w_format = w.suggest_memory_format();
-  switch (x.device().type) {
-    case DeviceType::CPU: {
-      debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-      Tensor gw = empty_in(w.sizes(), x, MemoryFormat::Contiguous);
-      ops::cpu::conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), gw, p);
-      return gw.contiguous(w_format);
-    }
-    case DeviceType::CUDA: {
-      const MemoryFormat format = cudnn_format(conv_format(x, w), x.dtype());
-      if (x.size(0) == 0)
-        return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
-      Tensor gw = empty_in(w.sizes(), x, format);
-      ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p,
-                                        cudnn_settings());
-      return gw.contiguous(w_format);
-    }
-  }
-  __builtin_unreachable();
+  return ops::dispatch(
+      "conv2d_backward_weight", x,
+      [&] {
+        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
+        Tensor gw = empty_in(w.sizes(), x, MemoryFormat::Contiguous);
+        ops::cpu::conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), gw, p);
+        return gw.contiguous(w_format);
+      },
+      [&] {
+        const MemoryFormat format = cudnn_format(conv_format(x, w), x.dtype());
+        if (x.size(0) == 0)
+          return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
+        Tensor gw = empty_in(w.sizes(), x, format);
+        ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p,
+                                          cudnn_settings());
+        return gw.contiguous(w_format);
+      });
 }
 
 // Marks a gradient computed by a backward kernel as having no derivative of its own.

@@ -54,18 +54,15 @@ bool same_dense_layout(const Tensor& a, const Tensor& b) {
 
 // dst = src (with conversion and broadcasting) when both are on one device.
 void copy_on_device(const Tensor& dst, const Tensor& src) {
-  switch (dst.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::copy(src, dst);
-      return;
-    case DeviceType::CUDA:
-      if (same_dense_layout(dst, src)) {  // the copy engine moves identical layouts
-        cuda::copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
-        return;
-      }
-      ops::cuda::copy(src, dst);
-      return;
-  }
+  ops::dispatch(
+      "copy", dst, [&] { ops::cpu::copy(src, dst); },
+      [&] {
+        if (same_dense_layout(dst, src)) {  // the copy engine moves identical layouts
+          cuda::copy_bytes(dst.data_ptr(), dst.device(), src.data_ptr(), src.device(), dst.nbytes());
+          return;
+        }
+        ops::cuda::copy(src, dst);
+      });
 }
 
 // A fresh dense tensor on `device` with `like`'s sizes and strides (which must be dense).
@@ -152,7 +149,10 @@ void copy_many(const TensorList& dsts, const TensorList& srcs) {
     NoGradGuard no_grad;
     copy_(dst, src);
   }
-  for (const auto& [device, copies] : batched) ops::cuda::copy_bytes_many(copies, device);
+  for (const auto& [device, copies] : batched) {
+    ops::dispatch(
+        "copy_many", Device::cuda(device), [] {}, [&] { ops::cuda::copy_bytes_many(copies, device); });
+  }
 }
 
 Tensor to(const Tensor& x, Device device, DType dtype) {

@@ -2,13 +2,6 @@
 
 namespace nabla::ops {
 
-void missing_cuda_kernel(const char* op) {
-  NABLA_CHECK(
-      false,
-      "{}: this op has no CUDA kernel in this version of nabla; move its inputs to the CPU with .cpu()", op);
-  __builtin_unreachable();
-}
-
 void check_same_device(const char* op, std::initializer_list<std::reference_wrapper<const Tensor>> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor& t : tensors) {

@@ -46,14 +46,8 @@ Tensor unary_forward(UnaryOp op, const Tensor& x_in, const char* name, UnaryPara
   DType out_dtype = ops::is_comparison(op) ? kBool : x.dtype();
   Tensor out = Tensor::empty(
       x.sizes(), {.dtype = out_dtype, .device = x.device(), .memory_format = output_format(x.sizes(), {&x})});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::unary(op, x, out, p);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::unary(op, x, out, p);
-      break;
-  }
+  ops::dispatch(
+      "unary", x, [&] { ops::cpu::unary(op, x, out, p); }, [&] { ops::cuda::unary(op, x, out, p); });
   return out;
 }
 
@@ -77,14 +71,9 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   DType out_dtype = ops::is_comparison(op) ? kBool : common;
   Tensor out = Tensor::empty(
       sizes, {.dtype = out_dtype, .device = a.device(), .memory_format = output_format(sizes, {&a, &b})});
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::binary(op, a, b, out, alpha);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::binary(op, a, b, out, alpha);
-      break;
-  }
+  ops::dispatch(
+      "binary", a, [&] { ops::cpu::binary(op, a, b, out, alpha); },
+      [&] { ops::cuda::binary(op, a, b, out, alpha); });
   return out;
 }
 
@@ -379,14 +368,8 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape sizes = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   Tensor out = Tensor::empty(
       sizes, {.dtype = common, .device = a.device(), .memory_format = output_format(sizes, {&ac, &bc})});
-  switch (a.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::where(cond, ac, bc, out);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::where(cond, ac, bc, out);
-      break;
-  }
+  ops::dispatch(
+      "where", a, [&] { ops::cpu::where(cond, ac, bc, out); }, [&] { ops::cuda::where(cond, ac, bc, out); });
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
     autograd::record("WhereBackward", {a, b}, {out}, {cond}, [sa, sb](BackwardContext& c) {

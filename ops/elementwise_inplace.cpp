@@ -55,14 +55,9 @@ Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double al
   if (autograd::needs_grad({self, other})) return commit(self, out_of_place(self.clone(), other));
   if (common == self.dtype()) {
     Tensor o = other.dtype() == common ? other : other.to(common);
-    switch (self.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::binary(op, self, o, self, alpha);
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::binary(op, self, o, self, alpha);
-        break;
-    }
+    ops::dispatch(
+        "binary", self, [&] { ops::cpu::binary(op, self, o, self, alpha); },
+        [&] { ops::cuda::binary(op, self, o, self, alpha); });
     self.bump_version();
     return self;
   }
@@ -83,14 +78,9 @@ Tensor& inplace_unary(Tensor& self, UnaryOp op, ops::UnaryParams params, const c
   check_fits(self, self.sizes(), result, name);
   if (autograd::needs_grad({self})) return commit(self, out_of_place(self.clone()));
   if (result == self.dtype()) {
-    switch (self.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::unary(op, self, self, params);
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::unary(op, self, self, params);
-        break;
-    }
+    ops::dispatch(
+        "unary", self, [&] { ops::cpu::unary(op, self, self, params); },
+        [&] { ops::cuda::unary(op, self, self, params); });
     self.bump_version();
     return self;
   }
@@ -148,14 +138,9 @@ Tensor& relu_(Tensor& self) {
   ops::check_defined("relu_", self, "self");
   autograd::check_inplace(self, "relu_");
   NABLA_CHECK(self.dtype() != kBool, "relu_: not defined for bool tensors");
-  switch (self.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::unary(UnaryOp::Relu, self, self, {});
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::unary(UnaryOp::Relu, self, self, {});
-      break;
-  }
+  ops::dispatch(
+      "unary", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },
+      [&] { ops::cuda::unary(UnaryOp::Relu, self, self, {}); });
   self.bump_version();
   if (autograd::needs_grad({self})) {
     // Saved after the write, so the saved version is the current one: later in-place writes to

@@ -41,14 +41,9 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& flat, int64_t num_ro
                             .to(sum_dtype)
                             .contiguous();
     grad_weight = zeros({num_rows, dim}, {.dtype = sum_dtype, .device = grad.device()});
-    switch (grad.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::index_add_(grad_weight, 0, flat, rows);
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::index_add_(grad_weight, 0, flat, rows);
-        break;
-    }
+    ops::dispatch(
+        "index_add_", grad, [&] { ops::cpu::index_add_(grad_weight, 0, flat, rows); },
+        [&] { ops::cuda::index_add_(grad_weight, 0, flat, rows); });
     grad_weight = grad_weight.to(dtype);
   }
   if (autograd::needs_grad({grad})) {
@@ -78,35 +73,27 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, const EmbeddingOpt
               describe(weight), padding_idx);
   const Tensor flat = indices.reshape({indices.numel()}).contiguous();
   std::optional<int64_t> bad;
-  switch (flat.device().type) {
-    case DeviceType::CPU:
-      bad = ops::cpu::find_out_of_range(flat, num_rows);
-      break;
-    case DeviceType::CUDA:
-      if (flat.numel() > 0) {
-        auto [lowest, highest] = ops::cuda::index_range(flat);
-        if (lowest < 0) {
-          bad = lowest;
-        } else if (highest >= num_rows) {
-          bad = highest;
+  ops::dispatch(
+      "find_out_of_range", flat, [&] { bad = ops::cpu::find_out_of_range(flat, num_rows); },
+      [&] {
+        if (flat.numel() > 0) {
+          auto [lowest, highest] = ops::cuda::index_range(flat);
+          if (lowest < 0) {
+            bad = lowest;
+          } else if (highest >= num_rows) {
+            bad = highest;
+          }
         }
-      }
-      break;
-  }
+      });
   NABLA_CHECK(!bad, "embedding: index {} is out of range for weight {} (expected 0 <= index < {})",
               bad.value_or(0), describe(weight), num_rows);
   Shape out_sizes(indices.sizes());
   out_sizes.push_back(dim);
   Tensor out = Tensor::empty(out_sizes, weight.options());
   const Tensor rows = Tensor::alias(out, {flat.numel(), dim}, {dim, 1}, 0);
-  switch (weight.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::index_select(weight, 0, flat, rows);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::index_select(weight, 0, flat, rows);
-      break;
-  }
+  ops::dispatch(
+      "index_select", weight, [&] { ops::cpu::index_select(weight, 0, flat, rows); },
+      [&] { ops::cuda::index_select(weight, 0, flat, rows); });
   if (autograd::needs_grad({weight})) {
     autograd::record("embedding", {weight}, {out}, /*save=*/{flat},
                      [num_rows, padding_idx](autograd::BackwardContext& ctx) {

@@ -11,6 +11,7 @@
 
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/dispatch.h"
 
 namespace nabla {
 
@@ -32,25 +33,13 @@ Tensor flat_view(const Tensor& t) {
 }
 
 void fill_on_device(const Tensor& t, double value) {
-  switch (t.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::fill(t, value);
-      return;
-    case DeviceType::CUDA:
-      ops::cuda::fill(t, value);
-      return;
-  }
+  ops::dispatch(
+      "fill", t, [&] { ops::cpu::fill(t, value); }, [&] { ops::cuda::fill(t, value); });
 }
 
 void arange_on_device(const Tensor& t, double start, double step) {
-  switch (t.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::arange(t, start, step);
-      return;
-    case DeviceType::CUDA:
-      ops::cuda::arange(t, start, step);
-      return;
-  }
+  ops::dispatch(
+      "arange", t, [&] { ops::cpu::arange(t, start, step); }, [&] { ops::cuda::arange(t, start, step); });
 }
 }  // namespace
 
@@ -131,12 +120,9 @@ Tensor rand(const Shape& sizes, const TensorOptions& options, Generator* generat
   int lanes = options.dtype == kFloat64 ? 2 : 1;
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), lanes));
   return make_filled(sizes, options, [&](const Tensor& t) {
-    switch (t.device().type) {
-      case DeviceType::CPU:
-        return ops::cpu::uniform(flat_view(t), state, 0.0, 1.0);
-      case DeviceType::CUDA:
-        return ops::cuda::uniform(flat_view(t), state, 0.0, 1.0);
-    }
+    return ops::dispatch(
+        "uniform", t, [&] { return ops::cpu::uniform(flat_view(t), state, 0.0, 1.0); },
+        [&] { return ops::cuda::uniform(flat_view(t), state, 0.0, 1.0); });
   });
 }
 
@@ -145,12 +131,9 @@ Tensor randn(const Shape& sizes, const TensorOptions& options, Generator* genera
               dtype_name(options.dtype));
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
   return make_filled(sizes, options, [&](const Tensor& t) {
-    switch (t.device().type) {
-      case DeviceType::CPU:
-        return ops::cpu::normal(flat_view(t), state, 0.0, 1.0);
-      case DeviceType::CUDA:
-        return ops::cuda::normal(flat_view(t), state, 0.0, 1.0);
-    }
+    return ops::dispatch(
+        "normal", t, [&] { return ops::cpu::normal(flat_view(t), state, 0.0, 1.0); },
+        [&] { return ops::cuda::normal(flat_view(t), state, 0.0, 1.0); });
   });
 }
 
@@ -160,12 +143,9 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, const TensorOption
   NABLA_CHECK(options.dtype != kBool, "randint: dtype bool is not supported");
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 2));
   return make_filled(sizes, options, [&](const Tensor& t) {
-    switch (t.device().type) {
-      case DeviceType::CPU:
-        return ops::cpu::randint(flat_view(t), state, low, high);
-      case DeviceType::CUDA:
-        return ops::cuda::randint(flat_view(t), state, low, high);
-    }
+    return ops::dispatch(
+        "randint", t, [&] { return ops::cpu::randint(flat_view(t), state, low, high); },
+        [&] { return ops::cuda::randint(flat_view(t), state, low, high); });
   });
 }
 
@@ -173,12 +153,9 @@ Tensor bernoulli(const Shape& sizes, double p, const TensorOptions& options, Gen
   NABLA_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: expected a probability p in [0, 1], got {}", p);
   PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
   return make_filled(sizes, options, [&](const Tensor& t) {
-    switch (t.device().type) {
-      case DeviceType::CPU:
-        return ops::cpu::bernoulli(flat_view(t), state, p);
-      case DeviceType::CUDA:
-        return ops::cuda::bernoulli(flat_view(t), state, p);
-    }
+    return ops::dispatch(
+        "bernoulli", t, [&] { return ops::cpu::bernoulli(flat_view(t), state, p); },
+        [&] { return ops::cuda::bernoulli(flat_view(t), state, p); });
   });
 }
 

@@ -38,23 +38,20 @@ void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
 // the kernel writes anything.
 void check_index_values(const char* op, const Tensor& index, const Tensor& x, int64_t dim) {
   std::optional<int64_t> bad;
-  switch (index.device().type) {
-    case DeviceType::CPU:
-      bad = ops::cpu::find_out_of_range(index, x.size(dim));
-      break;
-    case DeviceType::CUDA:
-      // A device-side check could only report by killing the context (__trap) or through a flag
-      // read later; reading min and max back costs one wait for the device per call instead.
-      if (index.numel() > 0) {
-        auto [lowest, highest] = ops::cuda::index_range(index);
-        if (lowest < 0) {
-          bad = lowest;
-        } else if (highest >= x.size(dim)) {
-          bad = highest;
+  ops::dispatch(
+      "find_out_of_range", index, [&] { bad = ops::cpu::find_out_of_range(index, x.size(dim)); },
+      [&] {
+        // A device-side check could only report by killing the context (__trap) or through a flag
+        // read later; reading min and max back costs one wait for the device per call instead.
+        if (index.numel() > 0) {
+          auto [lowest, highest] = ops::cuda::index_range(index);
+          if (lowest < 0) {
+            bad = lowest;
+          } else if (highest >= x.size(dim)) {
+            bad = highest;
+          }
         }
-      }
-      break;
-  }
+      });
   if (bad) {
     NABLA_CHECK(false, "{}: index {} is out of range for dim {} of {} (expected 0 <= index < {})", op, *bad,
                 dim, describe(x), x.size(dim));
@@ -65,14 +62,8 @@ void check_index_values(const char* op, const Tensor& index, const Tensor& x, in
 Tensor accumulation_base(const Tensor& x) {
   Tensor out = Tensor::empty(
       x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = x.suggest_memory_format()});
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::copy(x, out);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::copy(x, out);
-      break;
-  }
+  ops::dispatch(
+      "copy", x, [&] { ops::cpu::copy(x, out); }, [&] { ops::cuda::copy(x, out); });
   return out;
 }
 
@@ -124,31 +115,29 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
     if (t.suggest_memory_format() != format) format = MemoryFormat::Contiguous;
   }
   Tensor out = Tensor::empty(out_sizes, {.dtype = dtype, .device = first.device(), .memory_format = format});
-  switch (first.device().type) {
-    case DeviceType::CPU: {
-      int64_t offset = 0;
-      for (const Tensor& t : tensors) {
-        Shape sizes(out_sizes);
-        sizes[d] = t.size(d);
-        // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
-        ops::cpu::copy(
-            t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-        offset += t.size(d);
-      }
-      break;
-    }
-    case DeviceType::CUDA: {
-      int64_t offset = 0;
-      for (const Tensor& t : tensors) {
-        Shape sizes(out_sizes);
-        sizes[d] = t.size(d);
-        ops::cuda::copy(
-            t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-        offset += t.size(d);
-      }
-      break;
-    }
-  }
+  ops::dispatch(
+      "copy", first,
+      [&] {
+        int64_t offset = 0;
+        for (const Tensor& t : tensors) {
+          Shape sizes(out_sizes);
+          sizes[d] = t.size(d);
+          // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
+          ops::cpu::copy(
+              t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+          offset += t.size(d);
+        }
+      },
+      [&] {
+        int64_t offset = 0;
+        for (const Tensor& t : tensors) {
+          Shape sizes(out_sizes);
+          sizes[d] = t.size(d);
+          ops::cuda::copy(
+              t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+          offset += t.size(d);
+        }
+      });
   if (autograd::needs_grad(tensors)) {
     Shape lengths;
     for (const Tensor& t : tensors) lengths.push_back(t.size(d));
@@ -237,16 +226,16 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape out_sizes(x.sizes());
   out_sizes[d] = index.numel();
   Tensor out = Tensor::empty(out_sizes, x.options());
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      check_index_values("index_select", index, x, d);
-      ops::cpu::index_select(x, d, index, out);
-      break;
-    case DeviceType::CUDA:
-      check_index_values("index_select", index, x, d);
-      ops::cuda::index_select(x, d, index, out);
-      break;
-  }
+  ops::dispatch(
+      "index_select", x,
+      [&] {
+        check_index_values("index_select", index, x, d);
+        ops::cpu::index_select(x, d, index, out);
+      },
+      [&] {
+        check_index_values("index_select", index, x, d);
+        ops::cuda::index_select(x, d, index, out);
+      });
   if (autograd::needs_grad({x})) {
     autograd::record("index_select", {x}, {out}, /*save=*/{index},
                      [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
@@ -269,16 +258,16 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
         describe(index), describe(x), k, d);
   }
   Tensor out = Tensor::empty(index.sizes(), x.options());
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      check_index_values("gather", index, x, d);
-      ops::cpu::gather(x, d, index, out);
-      break;
-    case DeviceType::CUDA:
-      check_index_values("gather", index, x, d);
-      ops::cuda::gather(x, d, index, out);
-      break;
-  }
+  ops::dispatch(
+      "gather", x,
+      [&] {
+        check_index_values("gather", index, x, d);
+        ops::cpu::gather(x, d, index, out);
+      },
+      [&] {
+        check_index_values("gather", index, x, d);
+        ops::cuda::gather(x, d, index, out);
+      });
   if (autograd::needs_grad({x})) {
     autograd::record("gather", {x}, {out}, /*save=*/{index},
                      [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
@@ -303,18 +292,18 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
               "index_add: expected source of shape {} (x {} with dim {} sized by the {} indices), got {}",
               shape_str(expected), describe(x), d, index.numel(), describe(source));
   Tensor out;
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      check_index_values("index_add", index, x, d);
-      out = accumulation_base(x);
-      ops::cpu::index_add_(out, d, index, source);
-      break;
-    case DeviceType::CUDA:
-      check_index_values("index_add", index, x, d);
-      out = accumulation_base(x);
-      ops::cuda::index_add_(out, d, index, source);
-      break;
-  }
+  ops::dispatch(
+      "index_add_", x,
+      [&] {
+        check_index_values("index_add", index, x, d);
+        out = accumulation_base(x);
+        ops::cpu::index_add_(out, d, index, source);
+      },
+      [&] {
+        check_index_values("index_add", index, x, d);
+        out = accumulation_base(x);
+        ops::cuda::index_add_(out, d, index, source);
+      });
   if (autograd::needs_grad({x, source})) {
     autograd::record("index_add", {x, source}, {out}, /*save=*/{index}, [d](autograd::BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
@@ -342,18 +331,18 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                 describe(index), describe(src), describe(x), k, d);
   }
   Tensor out;
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      check_index_values("scatter_add", index, x, d);
-      out = accumulation_base(x);
-      ops::cpu::scatter_add_(out, d, index, src);
-      break;
-    case DeviceType::CUDA:
-      check_index_values("scatter_add", index, x, d);
-      out = accumulation_base(x);
-      ops::cuda::scatter_add_(out, d, index, src);
-      break;
-  }
+  ops::dispatch(
+      "scatter_add_", x,
+      [&] {
+        check_index_values("scatter_add", index, x, d);
+        out = accumulation_base(x);
+        ops::cpu::scatter_add_(out, d, index, src);
+      },
+      [&] {
+        check_index_values("scatter_add", index, x, d);
+        out = accumulation_base(x);
+        ops::cuda::scatter_add_(out, d, index, src);
+      });
   if (autograd::needs_grad({x, src})) {
     autograd::record("scatter_add", {x, src}, {out}, /*save=*/{index},
                      [d, src_sizes = src.sizes()](autograd::BackwardContext& ctx) {

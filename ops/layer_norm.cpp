@@ -41,16 +41,16 @@ TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
     if (needs[2]) dbias = Tensor::empty(normalized_shape, x.options());
     auto rows_of = [&](const Tensor& t) { return t.defined() ? t.view({rows, D}) : t; };
     auto flat = [&](const Tensor& t) { return t.defined() ? t.view({D}) : t; };
-    switch (x.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
-                                      flat(dweight), flat(dbias));
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
-                                       flat(dweight), flat(dbias));
-        break;
-    }
+    ops::dispatch(
+        "layer_norm_backward", x,
+        [&] {
+          ops::cpu::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
+                                        flat(dweight), flat(dbias));
+        },
+        [&] {
+          ops::cuda::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
+                                         flat(dweight), flat(dbias));
+        });
   }
   if (autograd::needs_grad({grad, x, weight})) {
     autograd::record("layer_norm_backward", {grad, x, weight}, {dx, dweight, dbias}, {},
@@ -95,14 +95,9 @@ Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tens
   if (rows > 0 && D > 0) {
     const Tensor x2 = x.view({rows, D}), y2 = y.view({rows, D});
     const Tensor w = weight.defined() ? weight.view({D}) : weight, b = bias.defined() ? bias.view({D}) : bias;
-    switch (x.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::layer_norm_forward(x2, w, b, eps, y2, mean, rstd);
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::layer_norm_forward(x2, w, b, eps, y2, mean, rstd);
-        break;
-    }
+    ops::dispatch(
+        "layer_norm_forward", x, [&] { ops::cpu::layer_norm_forward(x2, w, b, eps, y2, mean, rstd); },
+        [&] { ops::cuda::layer_norm_forward(x2, w, b, eps, y2, mean, rstd); });
   }
   if (autograd::needs_grad({x, weight, bias})) {
     autograd::record("LayerNormBackward", {x, weight, bias}, {y}, {x, weight, mean, rstd},

@@ -77,22 +77,20 @@ Tensor product(const Tensor& a, const Tensor& b) {
   }
   const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
   Tensor out = Tensor::empty(concat(batch, {n, m}), a.options());
-  switch (a.device().type) {
-    case DeviceType::CPU: {
-      Tensor ae = ops::cpu::is_gemm_operand(a) ? a : a.contiguous();
-      Tensor be = ops::cpu::is_gemm_operand(b) ? b : b.contiguous();
-      ops::cpu::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
-                     /*accumulate=*/false);
-      break;
-    }
-    case DeviceType::CUDA: {
-      Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
-      Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
-      ops::cuda::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
-                      {.bias = Tensor(), .allow_tf32 = allow_tf32()});
-      break;
-    }
-  }
+  ops::dispatch(
+      "is_gemm_operand", a,
+      [&] {
+        Tensor ae = ops::cpu::is_gemm_operand(a) ? a : a.contiguous();
+        Tensor be = ops::cpu::is_gemm_operand(b) ? b : b.contiguous();
+        ops::cpu::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
+                       /*accumulate=*/false);
+      },
+      [&] {
+        Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
+        Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
+        ops::cuda::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
+                        {.bias = Tensor(), .allow_tf32 = allow_tf32()});
+      });
   return out;
 }
 
@@ -172,23 +170,21 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   out_sizes.back() = weight.size(0);
   Tensor x2 = flatten_rows(x);                                            // (rows, in)
   Tensor out = Tensor::empty({x2.size(0), weight.size(0)}, x.options());  // (rows, out)
-  switch (x.device().type) {
-    case DeviceType::CPU: {
-      Tensor wt = weight.t();  // (in, out), a column-major view: no copy
-      if (!ops::cpu::is_gemm_operand(x2)) x2 = x2.contiguous();
-      if (!ops::cpu::is_gemm_operand(wt)) wt = wt.contiguous();
-      if (bias.defined()) ops::cpu::copy(bias, out);  // every row starts as the bias
-      ops::cpu::gemm(x2, wt, out, /*accumulate=*/bias.defined());
-      break;
-    }
-    case DeviceType::CUDA: {
-      Tensor wt = weight.t();  // (in, out), a column-major view: no copy
-      if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
-      if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
-      ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = allow_tf32()});
-      break;
-    }
-  }
+  ops::dispatch(
+      "is_gemm_operand", x,
+      [&] {
+        Tensor wt = weight.t();  // (in, out), a column-major view: no copy
+        if (!ops::cpu::is_gemm_operand(x2)) x2 = x2.contiguous();
+        if (!ops::cpu::is_gemm_operand(wt)) wt = wt.contiguous();
+        if (bias.defined()) ops::cpu::copy(bias, out);  // every row starts as the bias
+        ops::cpu::gemm(x2, wt, out, /*accumulate=*/bias.defined());
+      },
+      [&] {
+        Tensor wt = weight.t();  // (in, out), a column-major view: no copy
+        if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
+        if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
+        ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = allow_tf32()});
+      });
   return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
 

@@ -70,20 +70,17 @@ Tensor nll_pick(const char* op, const Tensor& logp, const Tensor& target, int64_
   const Tensor t = target.contiguous();
   Tensor out = Tensor::empty(target.sizes(), logp.options());
   const int64_t n = lp.size(0), c = lp.size(1), s = lp.size(2);
-  switch (logp.device().type) {
-    case DeviceType::CPU: {
-      const std::optional<int64_t> bad =
-          ops::cpu::nll_forward(lp, as_2d(t, n, s), ignore_index, as_2d(out, n, s));
-      NABLA_CHECK(!bad,
-                  "{}: target {} is out of range for {} classes of input {} (expected 0 <= target < {}, or "
-                  "ignore_index {})",
-                  op, bad.value_or(0), c, describe(logp), c, ignore_index);
-      break;
-    }
-    case DeviceType::CUDA:
-      ops::cuda::nll_forward(lp, as_2d(t, n, s), ignore_index, as_2d(out, n, s));
-      break;
-  }
+  ops::dispatch(
+      "nll_forward", logp,
+      [&] {
+        const std::optional<int64_t> bad =
+            ops::cpu::nll_forward(lp, as_2d(t, n, s), ignore_index, as_2d(out, n, s));
+        NABLA_CHECK(!bad,
+                    "{}: target {} is out of range for {} classes of input {} (expected 0 <= target < {}, or "
+                    "ignore_index {})",
+                    op, bad.value_or(0), c, describe(logp), c, ignore_index);
+      },
+      [&] { ops::cuda::nll_forward(lp, as_2d(t, n, s), ignore_index, as_2d(out, n, s)); });
   if (autograd::needs_grad({logp})) {
     autograd::record("nll_loss", {logp}, {out}, /*save=*/{t},
                      [ignore_index, sizes = logp.sizes()](autograd::BackwardContext& ctx) {
@@ -100,14 +97,10 @@ Tensor nll_pick_backward(const Tensor& grad, const Tensor& target, int64_t ignor
   Tensor grad_logp = Tensor::empty(logp_sizes, grad.options());
   const Tensor gl = as_3d(grad_logp);
   const int64_t n = gl.size(0), s = gl.size(2);
-  switch (grad.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::nll_backward(as_2d(g, n, s), as_2d(target, n, s), ignore_index, gl);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::nll_backward(as_2d(g, n, s), as_2d(target, n, s), ignore_index, gl);
-      break;
-  }
+  ops::dispatch(
+      "nll_backward", grad,
+      [&] { ops::cpu::nll_backward(as_2d(g, n, s), as_2d(target, n, s), ignore_index, gl); },
+      [&] { ops::cuda::nll_backward(as_2d(g, n, s), as_2d(target, n, s), ignore_index, gl); });
   if (autograd::needs_grad({grad})) {
     autograd::record("nll_loss_backward", {grad}, {grad_logp}, /*save=*/{target},
                      [ignore_index](autograd::BackwardContext& ctx) {

@@ -142,14 +142,10 @@ TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
     g.dx = needs[0] ? empty_like_layout(x) : Tensor();
     g.dweight = needs[1] ? per_channel_empty(x) : Tensor();
     g.dbias = needs[2] ? per_channel_empty(x) : Tensor();
-    switch (x.device().type) {
-      case DeviceType::CPU:
-        ops::cpu::batch_norm_backward(dy, x, weight, stats, g.dx, g.dweight, g.dbias);
-        break;
-      case DeviceType::CUDA:
-        ops::cuda::batch_norm_backward(dy, x, weight, stats, forward, eps, g);
-        break;
-    }
+    ops::dispatch(
+        "batch_norm_backward", x,
+        [&] { ops::cpu::batch_norm_backward(dy, x, weight, stats, g.dx, g.dweight, g.dbias); },
+        [&] { ops::cuda::batch_norm_backward(dy, x, weight, stats, forward, eps, g); });
   }
   record_no_double_backward("batch_norm_backward", {grad, x, weight}, {g.dx, g.dweight, g.dbias});
   return {g.dx, g.dweight, g.dbias};
@@ -162,14 +158,10 @@ Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& 
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
   const BatchNormInputs in{x, weight, bias, running_mean, running_var};
   ops::cuda::BatchNormForward forward;
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::batch_norm_forward(in, y, stats, options.momentum, options.eps);
-      break;
-    case DeviceType::CUDA:
-      forward = ops::cuda::batch_norm_forward(in, y, stats, options.momentum, options.eps);
-      break;
-  }
+  ops::dispatch(
+      "batch_norm_forward", x,
+      [&] { ops::cpu::batch_norm_forward(in, y, stats, options.momentum, options.eps); },
+      [&] { forward = ops::cuda::batch_norm_forward(in, y, stats, options.momentum, options.eps); });
   bump_running_stats(running_mean, running_var);
   if (autograd::needs_grad({x, weight, bias})) {
     const double eps = options.eps;
@@ -190,14 +182,9 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const Tensor& running_var, double eps) {
   Tensor y = empty_like_layout(x);
   const BatchNormInputs in{x, weight, bias, running_mean, running_var};
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::batch_norm_inference(in, y, eps);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::batch_norm_inference(in, y, eps);
-      break;
-  }
+  ops::dispatch(
+      "batch_norm_inference", x, [&] { ops::cpu::batch_norm_inference(in, y, eps); },
+      [&] { ops::cuda::batch_norm_inference(in, y, eps); });
   if (autograd::needs_grad({x, weight, bias})) {
     // y = (x - running_mean) * invstd * weight + bias: a per-channel affine map of x.
     autograd::record("BatchNormEvalBackward", {x, weight, bias}, {y}, {x, weight, running_mean, running_var},
@@ -253,7 +240,10 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
     g.dx = dx_over_dy ? dy : empty_like_layout(x);
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);
-    ops::cuda::batch_norm_fused_backward(dy, saved, eps, g);
+    ops::dispatch(
+        "batch_norm_fused_backward", x,
+        [] { NABLA_ASSERT(false, "a fused batch-norm node on a CPU tensor: the fused path is CUDA only"); },
+        [&] { ops::cuda::batch_norm_fused_backward(dy, saved, eps, g); });
   }
   const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
   record_no_double_backward(name, {grad, saved.x, saved.weight}, {g.dx, g.dresidual, g.dweight, g.dbias});
@@ -270,8 +260,13 @@ Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, cons
   const Tensor z = residual.defined() ? residual.contiguous(format_of(x)) : Tensor();
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
-  const std::optional<ops::cuda::BatchNormForward> forward = ops::cuda::batch_norm_fused_forward(
-      {x, w, b, running_mean, running_var}, z, y, stats, options.momentum, options.eps);
+  // The fused kernels exist on CUDA only (takes_fused_kernel): a CPU tensor gets nullopt.
+  const std::optional<ops::cuda::BatchNormForward> forward = ops::dispatch(
+      "batch_norm_fused_forward", x, [] { return std::optional<ops::cuda::BatchNormForward>(); },
+      [&] {
+        return ops::cuda::batch_norm_fused_forward({x, w, b, running_mean, running_var}, z, y, stats,
+                                                   options.momentum, options.eps);
+      });
   if (!forward) return {};
   bump_running_stats(running_mean, running_var);
   if (autograd::needs_grad({x, z, w, b})) {

@@ -113,22 +113,22 @@ std::pair<Tensor, Tensor> pool_forward(const Tensor& x, const PoolGeometry& g) {
   if (g.kind == PoolKind::Max) {
     indices = Tensor::empty(out_sizes, {.dtype = kInt64, .device = x.device(), .memory_format = format});
   }
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      if (g.kind == PoolKind::Max) {
-        ops::cpu::max_pool2d(in, g, out, indices);
-      } else {
-        ops::cpu::avg_pool2d(in, g, out);
-      }
-      break;
-    case DeviceType::CUDA:
-      if (g.kind == PoolKind::Max) {
-        ops::cuda::max_pool2d(in, g, out, indices);
-      } else {
-        ops::cuda::avg_pool2d(in, g, out);
-      }
-      break;
-  }
+  ops::dispatch(
+      "max_pool2d", x,
+      [&] {
+        if (g.kind == PoolKind::Max) {
+          ops::cpu::max_pool2d(in, g, out, indices);
+        } else {
+          ops::cpu::avg_pool2d(in, g, out);
+        }
+      },
+      [&] {
+        if (g.kind == PoolKind::Max) {
+          ops::cuda::max_pool2d(in, g, out, indices);
+        } else {
+          ops::cuda::avg_pool2d(in, g, out);
+        }
+      });
   if (autograd::needs_grad({x})) {
     autograd::record(name_of(g.kind), {x}, {out}, /*save=*/{indices},
                      [g, format](autograd::BackwardContext& ctx) {
@@ -143,22 +143,22 @@ Tensor pool_backward(const Tensor& grad, const Tensor& indices, const PoolGeomet
   const Tensor gin = grad.detach().contiguous(format);
   Tensor grad_input = Tensor::empty(
       {g.n, g.c, g.h, g.w}, {.dtype = grad.dtype(), .device = grad.device(), .memory_format = format});
-  switch (grad.device().type) {
-    case DeviceType::CPU:
-      if (g.kind == PoolKind::Max) {
-        ops::cpu::max_pool2d_backward(gin, indices, g, grad_input);
-      } else {
-        ops::cpu::avg_pool2d_backward(gin, g, grad_input);
-      }
-      break;
-    case DeviceType::CUDA:
-      if (g.kind == PoolKind::Max) {
-        ops::cuda::max_pool2d_backward(gin, indices, g, grad_input);
-      } else {
-        ops::cuda::avg_pool2d_backward(gin, g, grad_input);
-      }
-      break;
-  }
+  ops::dispatch(
+      "max_pool2d_backward", grad,
+      [&] {
+        if (g.kind == PoolKind::Max) {
+          ops::cpu::max_pool2d_backward(gin, indices, g, grad_input);
+        } else {
+          ops::cpu::avg_pool2d_backward(gin, g, grad_input);
+        }
+      },
+      [&] {
+        if (g.kind == PoolKind::Max) {
+          ops::cuda::max_pool2d_backward(gin, indices, g, grad_input);
+        } else {
+          ops::cuda::avg_pool2d_backward(gin, g, grad_input);
+        }
+      });
   if (autograd::needs_grad({grad})) {
     if (g.kind == PoolKind::Max) {
       // d(grad_input)/d(grad) routes each output's gradient to its argmax: the adjoint picks.

@@ -78,14 +78,9 @@ ReductionOutput allocate_output(const Tensor& x, const Shape& dims, bool keepdim
 Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, DType dtype,
                   ReduceParams params = {}) {
   ReductionOutput out = allocate_output(x, dims, keepdim, dtype);
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::reduce(op, x, dims, out.keep, params);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::reduce(op, x, dims, out.keep, params);
-      break;
-  }
+  ops::dispatch(
+      "reduce", x, [&] { ops::cpu::reduce(op, x, dims, out.keep, params); },
+      [&] { ops::cuda::reduce(op, x, dims, out.keep, params); });
   return out.result;
 }
 
@@ -93,14 +88,9 @@ Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
 std::pair<Tensor, Tensor> run_with_index(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
   ReductionOutput values = allocate_output(x, dims, keepdim, x.dtype());
   ReductionOutput indices = allocate_output(x, dims, keepdim, kInt64);
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::reduce_with_index(op, x, dims, values.keep, indices.keep);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::reduce_with_index(op, x, dims, values.keep, indices.keep);
-      break;
-  }
+  ops::dispatch(
+      "reduce_with_index", x, [&] { ops::cpu::reduce_with_index(op, x, dims, values.keep, indices.keep); },
+      [&] { ops::cuda::reduce_with_index(op, x, dims, values.keep, indices.keep); });
   return {values.result, indices.result};
 }
 

@@ -32,14 +32,8 @@ Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {
               name, describe(x));
   const int64_t dim = wrap_dim(dim_in, x.dim(), name);
   Tensor y = empty_with_layout_of(x);
-  switch (x.device().type) {
-    case DeviceType::CPU:
-      ops::cpu::softmax(x, dim, y, log);
-      break;
-    case DeviceType::CUDA:
-      ops::cuda::softmax(x, dim, y, log);
-      break;
-  }
+  ops::dispatch(
+      "softmax", x, [&] { ops::cpu::softmax(x, dim, y, log); }, [&] { ops::cuda::softmax(x, dim, y, log); });
   if (autograd::needs_grad({x})) {
     // Both gradients need only the output. Under create_graph the saved output unpacks with its
     // history (SavedTensor), so second derivatives include the path through y.

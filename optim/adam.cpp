@@ -73,7 +73,7 @@ void Adam::step() {
       st["step"] = detail::scalar_tensor(static_cast<double>(t));
       Tensor exp_avg = st["exp_avg"], exp_avg_sq = st["exp_avg_sq"];
       Tensor max_sq = options_.amsgrad ? st["max_exp_avg_sq"] : Tensor();
-      if (cuda::multi_tensor_eligible(param, {grad, exp_avg, exp_avg_sq, max_sq})) {
+      if (fusable(param, {grad, exp_avg, exp_avg_sq, max_sq})) {
         f_params.push_back(param);
         f_grads.push_back(grad);
         f_avg.push_back(exp_avg);
@@ -104,14 +104,16 @@ void Adam::step() {
       param.sub_(div(exp_avg, denom), lr / bias_correction1);
     }
     if (!f_params.empty()) {
-      cuda::multi_tensor_adam(f_params, f_grads, f_avg, f_avg_sq, f_max, f_steps,
-                              {.lr = lr,
-                               .beta1 = beta1,
-                               .beta2 = beta2,
-                               .eps = eps,
-                               .weight_decay = wd,
-                               .decoupled_weight_decay = decoupled_weight_decay_,
-                               .amsgrad = options_.amsgrad});
+      run_fused("Adam", f_params.front(), [&] {
+        cuda::multi_tensor_adam(f_params, f_grads, f_avg, f_avg_sq, f_max, f_steps,
+                                {.lr = lr,
+                                 .beta1 = beta1,
+                                 .beta2 = beta2,
+                                 .eps = eps,
+                                 .weight_decay = wd,
+                                 .decoupled_weight_decay = decoupled_weight_decay_,
+                                 .amsgrad = options_.amsgrad});
+      });
     }
   }
 }

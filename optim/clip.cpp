@@ -38,7 +38,9 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
       (g.is_cuda() && g.dtype() == kFloat32 && dense ? fused : rest).push_back(g);
     }
     if (!fused.empty()) {
-      total = cuda::multi_tensor_sum_of_squares(fused);
+      total = dispatch(
+          "clip_grad_norm_", fused.front(), [] { return Tensor(); },  // only CUDA gradients are fused
+          [&] { return cuda::multi_tensor_sum_of_squares(fused); });
       grads = std::move(rest);
     }
   }

@@ -3,12 +3,15 @@
 // (contiguous or channels_last) float32 CUDA parameter whose gradient and state tensors are
 // float32 with its very sizes and strides qualifies (multi_tensor_eligible): the update is then
 // elementwise over the same memory order. The optimizers update all other tensors with ordinary ops.
-// In a build without CUDA these entry points throw "built without CUDA" (never reached: no tensor
-// can live on a device there).
+// The optimizers reach these entry points only through fusable() and run_fused() below, so in a
+// build without CUDA they compile away (Note [One backend dispatch] in core/dispatch.h).
 #pragma once
 
+#include <utility>
 #include <vector>
 
+#include "nabla/core/dispatch.h"
+#include "nabla/core/error.h"
 #include "nabla/core/tensor.h"
 
 namespace nabla::optim::cuda {
@@ -40,3 +43,22 @@ void multi_tensor_adam(const TensorList& params, const TensorList& grads, const 
 Tensor multi_tensor_sum_of_squares(const TensorList& tensors);
 
 }  // namespace nabla::optim::cuda
+
+namespace nabla::optim {
+
+// Whether `param` (with its gradient and state) takes the fused CUDA update; never on the CPU.
+inline bool fusable(const Tensor& param, const TensorList& grad_and_state) {
+  return dispatch(
+      "multi_tensor_eligible", param, [] { return false; },
+      [&] { return cuda::multi_tensor_eligible(param, grad_and_state); });
+}
+
+// Runs `update`, a fused update of tensors that fusable() took (`first` is one of them).
+template <class Update>
+void run_fused(const char* op, const Tensor& first, Update&& update) {
+  dispatch(
+      op, first, [] { NABLA_ASSERT(false, "a CPU tensor reached a fused CUDA update"); },
+      std::forward<Update>(update));
+}
+
+}  // namespace nabla::optim

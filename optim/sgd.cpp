@@ -2,6 +2,7 @@
 #include "nabla/optim/sgd.h"
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -47,8 +48,7 @@ bool SGD::step_unless(const Tensor& found_inf) {
       auto& st = state(g, i);
       auto it = st.find("momentum_buffer");
       const Tensor buffer = it == st.end() ? Tensor() : it->second;
-      if (param.device() != found_inf.device() || !cuda::multi_tensor_eligible(param, {param.grad(), buffer}))
-        return false;
+      if (param.device() != found_inf.device() || !fusable(param, {param.grad(), buffer})) return false;
     }
   }
   update(found_inf);
@@ -71,7 +71,7 @@ void SGD::update(const Tensor& skip_if) {
       auto it = st.find("momentum_buffer");
       const bool first = it == st.end();
       Tensor buffer = first ? Tensor() : it->second;
-      if (cuda::multi_tensor_eligible(param, {grad, buffer})) {
+      if (fusable(param, {grad, buffer})) {
         // A new buffer takes the parameter's layout. The kernel sets it to d_p; it starts at
         // zero for a step the kernel may skip (see step_unless).
         if (momentum != 0.0 && first) {
@@ -101,13 +101,15 @@ void SGD::update(const Tensor& skip_if) {
       param.sub_(d_p, lr);
     }
     if (!fused_params.empty()) {
-      cuda::multi_tensor_sgd(fused_params, fused_grads, fused_buffers, fused_first,
-                             {.lr = lr,
-                              .weight_decay = wd,
-                              .momentum = momentum,
-                              .dampening = options_.dampening,
-                              .nesterov = options_.nesterov,
-                              .skip_if = skip_if});
+      run_fused("SGD", fused_params.front(), [&] {
+        cuda::multi_tensor_sgd(fused_params, fused_grads, fused_buffers, fused_first,
+                               {.lr = lr,
+                                .weight_decay = wd,
+                                .momentum = momentum,
+                                .dampening = options_.dampening,
+                                .nesterov = options_.nesterov,
+                                .skip_if = skip_if});
+      });
     }
   }
 }

@@ -1,6 +1,6 @@
 // Internal. The fused unscale + inf/NaN check on CUDA (amp/cuda/unscale.cu). Declared in plain
-// C++ so that amp/grad_scaler.cpp compiles without nvcc; a build without CUDA gets entry points
-// that report no tensor eligible and throw if called.
+// C++ so that amp/grad_scaler.cpp compiles without nvcc; it calls them through nabla::dispatch,
+// so a build without CUDA needs no definitions (Note [One backend dispatch]).
 #pragma once
 
 #include "nabla/core/tensor.h"

@@ -75,7 +75,7 @@ struct TrainConfig {
 struct Distributed {
   distributed::DistributedEnv env;
   std::unique_ptr<distributed::TcpStore> store;
-  std::unique_ptr<distributed::ProcessGroupNccl> group;
+  std::unique_ptr<distributed::ProcessGroup> group;
 };
 
 // Trains one configuration and returns its row (on every rank; rank 0's is reported). Everything
@@ -321,12 +321,12 @@ void run_train(const TrainBenchOptions& o) {
     dist.store =
         std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
                                                 distributed::TcpStoreOptions{.is_server = env.rank == 0});
-    dist.group = std::make_unique<distributed::ProcessGroupNccl>(*dist.store, env.rank, env.world_size);
+    dist.group = distributed::make_nccl_process_group(*dist.store, env.rank, env.world_size);
   } else if (o.ddp) {
     // One rank: a private store on a free local port, and a communicator of one.
     dist.store = std::make_unique<distributed::TcpStore>("127.0.0.1", uint16_t{0},
                                                          distributed::TcpStoreOptions{.is_server = true});
-    dist.group = std::make_unique<distributed::ProcessGroupNccl>(*dist.store, 0, 1);
+    dist.group = distributed::make_nccl_process_group(*dist.store, 0, 1);
   }
   set_cudnn_benchmark(true);
 

@@ -44,7 +44,7 @@ void Job::setup() {
                 world_size, options.device);
     store = std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
                                                     distributed::TcpStoreOptions{.is_server = rank == 0});
-    group = std::make_unique<distributed::ProcessGroupNccl>(*store, rank, world_size);
+    group = distributed::make_nccl_process_group(*store, rank, world_size);
   }
   if (!is_main()) logger().set_level(spdlog::level::warn);  // only rank 0 reports progress
   // Every rank draws the same initial weights; DDP also broadcasts rank 0's to be sure.

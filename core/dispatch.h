@@ -1,0 +1,50 @@
+// Public header. The one place a front end chooses its backend: nabla::dispatch.
+//
+//   nabla::dispatch("my_op", x, [&] { my_op_cpu(x, y); }, [&] { my_op_cuda(x, y); });
+//
+// Note [One backend dispatch]: every front end (the ops, the optimizers' and the scaler's fused
+// paths, the data path's normalize) runs its kernels through dispatch(op, t, cpu, cuda), which
+// calls `cpu` or `cuda` by the device of `t`. In a build without CUDA the CUDA branch is an
+// `if constexpr` whose statement is discarded: the `cuda` lambda is still compiled at its call
+// site, so a call that no longer matches its declaration in a cuda/*.h header breaks every build
+// and not only the CUDA one; but nothing calls it, so the CUDA entry points need no definition
+// there. That is why there are no hand-kept stand-in files: three of them drifted from the
+// headers they mirrored and broke the CPU-only build. Reaching the CUDA branch in such a build
+// raises one clear error, from built_without_cuda().
+#pragma once
+
+#include <utility>
+
+#include "nabla/core/device.h"
+#include "nabla/core/tensor.h"
+#include "nabla_generated/config.h"
+
+namespace nabla {
+
+// Whether this build has the CUDA backend (cmake's NABLA_CUDA).
+inline constexpr bool kHasCuda = NABLA_HAS_CUDA != 0;
+
+// The error for a CUDA device reaching `op` in a build without CUDA.
+[[noreturn]] void built_without_cuda(const char* op);
+
+// Runs `cpu()` on a CPU device and `cuda()` on a CUDA one, and returns what it returns (both
+// must return the same type). Note [One backend dispatch].
+template <class Cpu, class Cuda>
+decltype(auto) dispatch(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
+  if (device.is_cuda()) {
+    if constexpr (kHasCuda) {
+      return std::forward<Cuda>(cuda)();
+    } else {
+      built_without_cuda(op);
+    }
+  }
+  return std::forward<Cpu>(cpu)();
+}
+
+// The same, by the device of `on`.
+template <class Cpu, class Cuda>
+decltype(auto) dispatch(const char* op, const Tensor& on, Cpu&& cpu, Cuda&& cuda) {
+  return dispatch(op, on.device(), std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
+}
+
+}  // namespace nabla
