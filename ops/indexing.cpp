@@ -226,16 +226,10 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
   Shape out_sizes(x.sizes());
   out_sizes[d] = index.numel();
   Tensor out = Tensor::empty(out_sizes, x.options());
+  check_index_values("index_select", index, x, d);
   ops::dispatch(
-      "index_select", x,
-      [&] {
-        check_index_values("index_select", index, x, d);
-        ops::cpu::index_select(x, d, index, out);
-      },
-      [&] {
-        check_index_values("index_select", index, x, d);
-        ops::cuda::index_select(x, d, index, out);
-      });
+      "index_select", x, [&] { ops::cpu::index_select(x, d, index, out); },
+      [&] { ops::cuda::index_select(x, d, index, out); });
   if (autograd::needs_grad({x})) {
     autograd::record("index_select", {x}, {out}, /*save=*/{index},
                      [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
@@ -258,16 +252,9 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
         describe(index), describe(x), k, d);
   }
   Tensor out = Tensor::empty(index.sizes(), x.options());
+  check_index_values("gather", index, x, d);
   ops::dispatch(
-      "gather", x,
-      [&] {
-        check_index_values("gather", index, x, d);
-        ops::cpu::gather(x, d, index, out);
-      },
-      [&] {
-        check_index_values("gather", index, x, d);
-        ops::cuda::gather(x, d, index, out);
-      });
+      "gather", x, [&] { ops::cpu::gather(x, d, index, out); }, [&] { ops::cuda::gather(x, d, index, out); });
   if (autograd::needs_grad({x})) {
     autograd::record("gather", {x}, {out}, /*save=*/{index},
                      [d, sizes = x.sizes()](autograd::BackwardContext& ctx) {
@@ -291,19 +278,11 @@ Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor
   NABLA_CHECK(source.sizes() == expected,
               "index_add: expected source of shape {} (x {} with dim {} sized by the {} indices), got {}",
               shape_str(expected), describe(x), d, index.numel(), describe(source));
-  Tensor out;
+  check_index_values("index_add", index, x, d);
+  Tensor out = accumulation_base(x);
   ops::dispatch(
-      "index_add_", x,
-      [&] {
-        check_index_values("index_add", index, x, d);
-        out = accumulation_base(x);
-        ops::cpu::index_add_(out, d, index, source);
-      },
-      [&] {
-        check_index_values("index_add", index, x, d);
-        out = accumulation_base(x);
-        ops::cuda::index_add_(out, d, index, source);
-      });
+      "index_add_", x, [&] { ops::cpu::index_add_(out, d, index, source); },
+      [&] { ops::cuda::index_add_(out, d, index, source); });
   if (autograd::needs_grad({x, source})) {
     autograd::record("index_add", {x, source}, {out}, /*save=*/{index}, [d](autograd::BackwardContext& ctx) {
       const Tensor& g = ctx.grad();
@@ -330,19 +309,11 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                 "src.size(k), and <= x.size(k) for k != {})",
                 describe(index), describe(src), describe(x), k, d);
   }
-  Tensor out;
+  check_index_values("scatter_add", index, x, d);
+  Tensor out = accumulation_base(x);
   ops::dispatch(
-      "scatter_add_", x,
-      [&] {
-        check_index_values("scatter_add", index, x, d);
-        out = accumulation_base(x);
-        ops::cpu::scatter_add_(out, d, index, src);
-      },
-      [&] {
-        check_index_values("scatter_add", index, x, d);
-        out = accumulation_base(x);
-        ops::cuda::scatter_add_(out, d, index, src);
-      });
+      "scatter_add_", x, [&] { ops::cpu::scatter_add_(out, d, index, src); },
+      [&] { ops::cuda::scatter_add_(out, d, index, src); });
   if (autograd::needs_grad({x, src})) {
     autograd::record("scatter_add", {x, src}, {out}, /*save=*/{index},
                      [d, src_sizes = src.sizes()](autograd::BackwardContext& ctx) {

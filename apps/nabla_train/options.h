@@ -22,7 +22,7 @@ struct TrainOptions {
   int64_t image_size = 0;  // 0: 28 (Fashion-MNIST), 32 (CIFAR), 224 (ImageNet, synthetic)
   int64_t val_resize = 0;  // 0: image_size * 256 / 224 (ImageNet)
   std::string on_bad_sample = "error";
-  bool strict_jpeg = false;  // damaged JPEG scan data is a bad sample, not a logged warning
+  bool strict_jpeg = false;        // damaged JPEG scan data is a bad sample, not a logged warning
   int64_t synthetic_size = 12800;  // images per epoch for --data synthetic
 
   // Model.
