@@ -10,6 +10,7 @@
 #include "nabla/core/generator.h"
 #include "nabla/core/io/safetensors.h"
 #include "nabla/core/tensor.h"
+#include "nabla/data/data.h"
 #include "nabla/distributed/distributed.h"
 #include "nabla/nn/nn.h"
 #include "nabla/ops/ops.h"

@@ -7,7 +7,7 @@
 //
 // Inside the scope, conv/matmul/linear/bmm run in the lower dtype, softmax, losses, norms'
 // statistics, exp/log/pow and sum/mean in float32, and binary ops promote to the widest input
-// (the table is in ops/autocast_policy.h). Parameters stay float32: each is cast once per
+// (the table is in ops/detail/autocast_policy.h). Parameters stay float32: each is cast once per
 // outermost scope (the cast is cached until that scope ends) and its gradient comes back to the
 // float32 leaf in float32. Scopes nest; `Autocast(device, dtype, /*enabled=*/false)` turns
 // autocast off for an inner region. The state is per thread, and backward runs with autocast off.

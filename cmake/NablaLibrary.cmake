@@ -1,7 +1,10 @@
 # nabla_add_library(<name> SOURCES ... [CUDA_SOURCES ...] [PUBLIC ...] [PRIVATE ...])
 # Declares the library for one folder: target nabla_<name>, alias nabla::<name>, exported as
-# nabla::<name>. The folder's headers install to include/nabla/<name>/. A folder with no
-# sources yet is an INTERFACE library, so the layout and the link graph exist from day one.
+# nabla::<name>. The folder's public headers install to include/nabla/<name>/: the internal ones,
+# under detail/ and in the backend folders cpu/ and cuda/, do not (core installs its public CUDA
+# runtime headers itself; tools/check_layers.py checks that no public header includes an
+# internal one). A folder with no sources yet is an INTERFACE library, so the layout and the
+# link graph exist from day one.
 function(nabla_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;PUBLIC;PRIVATE" ${ARGN})
   set(target nabla_${name})
@@ -25,5 +28,6 @@ function(nabla_add_library name)
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${name})
   set_property(GLOBAL APPEND PROPERTY NABLA_EXPORTED_TARGETS ${target})
   install(DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}/" DESTINATION include/nabla/${name}
-          FILES_MATCHING PATTERN "*.h" PATTERN "CMakeFiles" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "CMakeFiles" EXCLUDE PATTERN "detail" EXCLUDE
+          PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE)
 endfunction()

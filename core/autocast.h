@@ -1,7 +1,7 @@
 // Public header. The autocast state: whether ops run in lower precision, for which device
 // type and in which dtype. Per thread, as grad mode is. Users write the RAII guard
 // nabla::amp::Autocast (amp/autocast.h); op front ends read this state through the policy in
-// ops/autocast_policy.h. See docs/design/amp.md.
+// ops/detail/autocast_policy.h. See docs/design/amp.md.
 //
 // The state also owns the per-scope cast cache: a float32 leaf parameter cast to the lower
 // dtype is remembered until the outermost autocast scope exits, so each weight is cast once

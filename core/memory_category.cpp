@@ -6,7 +6,9 @@
 
 #include "nabla/core/cpu_memory.h"
 #include "nabla/core/cuda/caching_allocator.h"  // format_bytes
+#include "nabla/core/cuda/detail/backend.h"
 #include "nabla/core/cuda/memory.h"
+#include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
 
 namespace nabla {
@@ -106,8 +108,9 @@ MemoryCategoryStats CategoryCounters::stats() const {
 }  // namespace detail
 
 MemoryCategoryStats memory_category_stats(Device device) {
-  if (device.is_cpu()) return detail::cpu_memory_category_stats();
-  return cuda::detail::memory_category_stats(device.index);
+  return dispatch(
+      "memory_category_stats", device, [] { return detail::cpu_memory_category_stats(); },
+      [&] { return cuda::backend::memory_category_stats(device.index); });
 }
 
 void reset_memory_category_peaks(Device device) {

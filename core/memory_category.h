@@ -111,9 +111,4 @@ class CategoryCounters {
 MemoryCategoryStats cpu_memory_category_stats();
 }  // namespace detail
 
-namespace cuda::detail {
-// Implemented by the CUDA device runtime (core/cuda/memory.cpp; runtime_without_cuda.cpp throws).
-MemoryCategoryStats memory_category_stats(int device);
-}  // namespace cuda::detail
-
 }  // namespace nabla

@@ -1,5 +1,5 @@
 // ByteSource and read_file_bytes (see byte_source.h).
-#include "nabla/data/byte_source.h"
+#include "nabla/data/detail/byte_source.h"
 
 #include <zlib.h>
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "nabla/data/byte_source.h"
+#include "nabla/data/detail/byte_source.h"
 #include "nabla/data/error.h"
 
 namespace nabla::data {

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "nabla/core/logging.h"
+#include "nabla/data/detail/loader_slot.h"
 #include "nabla/data/error.h"
-#include "nabla/data/loader_slot.h"
 
 namespace nabla::data {
 

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "nabla/data/byte_source.h"
+#include "nabla/data/detail/byte_source.h"
 #include "nabla/data/error.h"
 #include "nabla/data/idx.h"
 

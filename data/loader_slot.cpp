@@ -1,5 +1,5 @@
 // Slot and load_sample (see loader_slot.h).
-#include "nabla/data/loader_slot.h"
+#include "nabla/data/detail/loader_slot.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "nabla/distributed/socket.h"
+#include "nabla/distributed/detail/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

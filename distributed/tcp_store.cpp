@@ -1,7 +1,8 @@
 #include "nabla/distributed/tcp_store.h"
 
+#include "nabla/distributed/detail/socket.h"
+#include "nabla/distributed/detail/tcp_store_server.h"
 #include "nabla/distributed/env.h"
-#include "nabla/distributed/tcp_store_server.h"
 
 namespace nabla::distributed {
 namespace {
@@ -27,7 +28,8 @@ TcpStore::TcpStore(std::string host, uint16_t port, TcpStoreOptions options)
     server_ = std::make_unique<TcpStoreServer>(port);
     port_ = server_->port();
   }
-  socket_ = net::connect(options.is_server ? "127.0.0.1" : host_, port_, options.connect_timeout);
+  socket_ = std::make_unique<net::Socket>(
+      net::connect(options.is_server ? "127.0.0.1" : host_, port_, options.connect_timeout));
 }
 
 TcpStore::~TcpStore() = default;
@@ -43,11 +45,11 @@ std::vector<uint8_t> TcpStore::request(const std::vector<uint8_t>& payload, std:
   std::lock_guard lock(mutex_);
   // A previous call timed out and dropped its connection (its reply could still arrive), or the
   // store restarted: connect afresh.
-  if (!socket_.valid()) socket_ = net::connect(host_, port_, options_.connect_timeout);
-  net::send_frame(socket_, payload);
-  auto reply = net::recv_frame(socket_, net::Clock::now() + timeout);
+  if (!socket_->valid()) *socket_ = net::connect(host_, port_, options_.connect_timeout);
+  net::send_frame(*socket_, payload);
+  auto reply = net::recv_frame(*socket_, net::Clock::now() + timeout);
   if (!reply) {
-    socket_.close();
+    socket_->close();
     throw StoreTimeoutError(
         fmt::format("store {}:{}: timed out after {} waiting for {}; the rank that should set it may have "
                     "failed or not started",

@@ -13,7 +13,6 @@
 #include <mutex>
 #include <string>
 
-#include "nabla/distributed/socket.h"
 #include "nabla/distributed/store.h"
 
 namespace nabla::distributed {
@@ -25,6 +24,9 @@ struct TcpStoreOptions {
 };
 
 class TcpStoreServer;
+namespace net {
+class Socket;
+}
 
 class TcpStore : public Store {
  public:
@@ -60,8 +62,8 @@ class TcpStore : public Store {
   uint16_t port_;
   TcpStoreOptions options_;
   std::unique_ptr<TcpStoreServer> server_;
-  std::mutex mutex_;  // one request in flight per client
-  net::Socket socket_;
+  std::mutex mutex_;                     // one request in flight per client
+  std::unique_ptr<net::Socket> socket_;  // the connection to the server (detail/socket.h)
 };
 
 }  // namespace nabla::distributed

@@ -1,4 +1,4 @@
-#include "nabla/distributed/tcp_store_server.h"
+#include "nabla/distributed/detail/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <poll.h>

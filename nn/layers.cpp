@@ -126,7 +126,7 @@ LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options)
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  return layer_norm(x, normalized_shape_, weight, bias, options_.eps);
+  return layer_norm(x, normalized_shape_, weight, bias, {.eps = options_.eps});
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& options)
@@ -160,7 +160,7 @@ Dropout::Dropout(double p) : p_(p) {
 }
 
 Tensor Dropout::forward(const Tensor& x) {
-  return dropout(x, p_, is_training());
+  return dropout(x, {.p = p_, .training = is_training()});
 }
 
 }  // namespace nabla::nn

@@ -1,5 +1,5 @@
-// The autocast rules per category (see ops/autocast_policy.h for the table).
-#include "nabla/ops/autocast_policy.h"
+// The autocast rules per category (see ops/detail/autocast_policy.h for the table).
+#include "nabla/ops/detail/autocast_policy.h"
 
 #include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"

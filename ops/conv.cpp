@@ -23,12 +23,12 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/cuda/conv_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
 

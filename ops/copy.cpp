@@ -19,7 +19,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
 

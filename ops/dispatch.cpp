@@ -1,4 +1,4 @@
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 
 namespace nabla::ops {
 

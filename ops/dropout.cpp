@@ -6,7 +6,7 @@
 #include "nabla/ops/dropout.h"
 
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 
@@ -20,13 +20,15 @@ Tensor masked_scale(const Tensor& t, const Tensor& mask, double scale) {
 
 }  // namespace
 
-Tensor dropout(const Tensor& x, double p, bool training, Generator* generator) {
+Tensor dropout(const Tensor& x, DropoutOptions options) {
+  const double p = options.p;
   ops::check_defined("dropout", x, "input");
   NABLA_CHECK(p >= 0.0 && p <= 1.0, "dropout: expected a probability p in [0, 1], got {}", p);
   NABLA_CHECK(x.is_floating_point(), "dropout: expected a floating-point input, got {}", describe(x));
-  if (!training || p == 0.0) return x;
+  if (!options.training || p == 0.0) return x;
   if (p == 1.0) return x * 0.0;
-  const Tensor mask = bernoulli(x.sizes(), 1.0 - p, {.dtype = kBool, .device = x.device()}, generator);
+  const Tensor mask =
+      bernoulli(x.sizes(), 1.0 - p, {.dtype = kBool, .device = x.device()}, options.generator);
   const double scale = 1.0 / (1.0 - p);
   Tensor y;
   {

@@ -1,7 +1,7 @@
 // Public header. Dropout: zeroes each element with probability p while training and scales the
 // rest by 1 / (1 - p), so the expected value is unchanged.
 //
-//   auto y = nabla::dropout(x, 0.1, /*training=*/true);
+//   auto y = nabla::dropout(x, {.p = 0.1, .training = is_training});
 //
 // The mask comes from the generator's Philox stream exactly as nabla::bernoulli draws it:
 // element i of x (in row-major logical order) is kept when the i-th uniform draw is below 1 - p.
@@ -13,7 +13,13 @@
 
 namespace nabla {
 
+struct DropoutOptions {
+  double p = 0.5;                  // the probability of zeroing an element, in [0, 1]
+  bool training = true;            // false: the identity (eval mode)
+  Generator* generator = nullptr;  // nullptr: the default generator of x's device
+};
+
 // Returns x itself when !training or p == 0, and zeros (x * 0) when p == 1.
-Tensor dropout(const Tensor& x, double p, bool training = true, Generator* generator = nullptr);
+Tensor dropout(const Tensor& x, DropoutOptions options = {});
 
 }  // namespace nabla

@@ -5,12 +5,12 @@
 #include <cmath>
 #include <limits>
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
 
@@ -94,15 +94,18 @@ Tensor fused_backward(BinaryOp op, const Tensor& grad, const Tensor& saved, cons
   return out;
 }
 
+// What a unary op's backward reads: nothing, its input x, or its output y (as c.saved[0]).
+enum class Save : uint8_t { nothing, input, output };
+
 template <typename Backward>
-Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node, bool save_input,
-                bool save_output, Backward backward, UnaryParams p = {}) {
+Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node, Save save, Backward backward,
+                UnaryParams p = {}) {
   Tensor y = unary_forward(op, x, name, p);
   if (autograd::needs_grad({x})) {
-    TensorList save;
-    if (save_input) save.push_back(x);
-    if (save_output) save.push_back(y);
-    autograd::record(node, {x}, {y}, save, backward);
+    TensorList saved;
+    if (save == Save::input) saved.push_back(x);
+    if (save == Save::output) saved.push_back(y);
+    autograd::record(node, {x}, {y}, saved, backward);
   }
   return y;
 }
@@ -257,48 +260,69 @@ Tensor mul(const Tensor& a, double b) {
 // ---- unary -----------------------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
-  return unary_op(UnaryOp::Neg, x, "neg", "NegBackward", false, false,
+  return unary_op(UnaryOp::Neg, x, "neg", "NegBackward", Save::nothing,
                   [](BackwardContext& c) { return TensorList{-c.grad()}; });
 }
 
 Tensor abs(const Tensor& x) {
-  return unary_op(UnaryOp::Abs, x, "abs", "AbsBackward", true, false,
+  return unary_op(UnaryOp::Abs, x, "abs", "AbsBackward", Save::input,
                   [](BackwardContext& c) { return TensorList{c.grad() * sign(c.saved[0])}; });
 }
 
 Tensor sign(const Tensor& x) {
-  return unary_op(UnaryOp::Sign, x, "sign", "SignBackward", false, false,
+  return unary_op(UnaryOp::Sign, x, "sign", "SignBackward", Save::nothing,
                   [](BackwardContext& c) { return TensorList{zeros_like(c.grad())}; });
 }
 
 Tensor exp(const Tensor& x_in) {
   // Autocast: float32.
   const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
-  return unary_op(UnaryOp::Exp, x, "exp", "ExpBackward", false, true,
+  return unary_op(UnaryOp::Exp, x, "exp", "ExpBackward", Save::output,
                   [](BackwardContext& c) { return TensorList{c.grad() * c.saved[0]}; });
 }
 
 Tensor log(const Tensor& x_in) {
   // Autocast: float32.
   const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
-  return unary_op(UnaryOp::Log, x, "log", "LogBackward", true, false,
+  return unary_op(UnaryOp::Log, x, "log", "LogBackward", Save::input,
                   [](BackwardContext& c) { return TensorList{c.grad() / c.saved[0]}; });
 }
 
+Tensor log1p(const Tensor& x_in) {  // d log(1 + x) = 1 / (1 + x)
+  // Autocast: float32, as log.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
+  return unary_op(UnaryOp::Log1p, x, "log1p", "Log1pBackward", Save::input,
+                  [](BackwardContext& c) { return TensorList{c.grad() / (c.saved[0] + 1.0)}; });
+}
+
+Tensor expm1(const Tensor& x_in) {  // d (exp(x) - 1) = exp(x) = y + 1
+  // Autocast: float32, as exp.
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
+  return unary_op(UnaryOp::Expm1, x, "expm1", "Expm1Backward", Save::output,
+                  [](BackwardContext& c) { return TensorList{c.grad() * (c.saved[0] + 1.0)}; });
+}
+
+Tensor erf(const Tensor& x) {  // d erf(x) = 2 / sqrt(pi) * exp(-x^2)
+  return unary_op(UnaryOp::Erf, x, "erf", "ErfBackward", Save::input, [](BackwardContext& c) {
+    const Tensor& v = c.saved[0];
+    return TensorList{c.grad() * exp(v * v * -1.0) * 1.12837916709551257390};
+  });
+}
+
 Tensor sqrt(const Tensor& x) {
-  return unary_op(UnaryOp::Sqrt, x, "sqrt", "SqrtBackward", false, true,
+  return unary_op(UnaryOp::Sqrt, x, "sqrt", "SqrtBackward", Save::output,
                   [](BackwardContext& c) { return TensorList{c.grad() / (c.saved[0] * 2.0)}; });
 }
 
 Tensor rsqrt(const Tensor& x) {  // d(x^-1/2) = -1/2 x^-3/2 = -1/2 y^3
-  return unary_op(UnaryOp::Rsqrt, x, "rsqrt", "RsqrtBackward", false, true, [](BackwardContext& c) {
+  return unary_op(UnaryOp::Rsqrt, x, "rsqrt", "RsqrtBackward", Save::output, [](BackwardContext& c) {
     const Tensor& y = c.saved[0];
     return TensorList{c.grad() * y * y * y * -0.5};
   });
 }
 
 Tensor reciprocal(const Tensor& x) {
-  return unary_op(UnaryOp::Reciprocal, x, "reciprocal", "ReciprocalBackward", false, true,
+  return unary_op(UnaryOp::Reciprocal, x, "reciprocal", "ReciprocalBackward", Save::output,
                   [](BackwardContext& c) {
                     const Tensor& y = c.saved[0];
                     return TensorList{-c.grad() * y * y};
@@ -306,13 +330,13 @@ Tensor reciprocal(const Tensor& x) {
 }
 
 Tensor relu(const Tensor& x) {
-  return unary_op(UnaryOp::Relu, x, "relu", "ReluBackward", false, true, [](BackwardContext& c) {
+  return unary_op(UnaryOp::Relu, x, "relu", "ReluBackward", Save::output, [](BackwardContext& c) {
     return TensorList{fused_backward(BinaryOp::ThresholdBackward, c.grad(), c.saved[0], "relu_backward")};
   });
 }
 
 Tensor sigmoid(const Tensor& x) {
-  return unary_op(UnaryOp::Sigmoid, x, "sigmoid", "SigmoidBackward", false, true, [](BackwardContext& c) {
+  return unary_op(UnaryOp::Sigmoid, x, "sigmoid", "SigmoidBackward", Save::output, [](BackwardContext& c) {
     if (GradMode::is_enabled())
       return TensorList{c.grad() * c.saved[0] * (1.0 - c.saved[0])};  // create_graph
     return TensorList{fused_backward(BinaryOp::SigmoidBackward, c.grad(), c.saved[0], "sigmoid_backward")};
@@ -320,7 +344,7 @@ Tensor sigmoid(const Tensor& x) {
 }
 
 Tensor tanh(const Tensor& x) {
-  return unary_op(UnaryOp::Tanh, x, "tanh", "TanhBackward", false, true, [](BackwardContext& c) {
+  return unary_op(UnaryOp::Tanh, x, "tanh", "TanhBackward", Save::output, [](BackwardContext& c) {
     if (GradMode::is_enabled())
       return TensorList{c.grad() * (1.0 - c.saved[0] * c.saved[0])};  // create_graph
     return TensorList{fused_backward(BinaryOp::TanhBackward, c.grad(), c.saved[0], "tanh_backward")};
@@ -330,7 +354,7 @@ Tensor tanh(const Tensor& x) {
 Tensor gelu(const Tensor& x, GeluOptions options) {
   bool approx = options.tanh_approximation;
   return unary_op(
-      approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, "gelu", "GeluBackward", true, false,
+      approx ? UnaryOp::GeluTanh : UnaryOp::Gelu, x, "gelu", "GeluBackward", Save::input,
       [approx](BackwardContext& c) {
         return TensorList{fused_backward(approx ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward,
                                          c.grad(), c.saved[0], "gelu_backward")};
@@ -338,7 +362,7 @@ Tensor gelu(const Tensor& x, GeluOptions options) {
 }
 
 Tensor silu(const Tensor& x) {
-  return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", true, false, [](BackwardContext& c) {
+  return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", Save::input, [](BackwardContext& c) {
     return TensorList{fused_backward(BinaryOp::SiluBackward, c.grad(), c.saved[0], "silu_backward")};
   });
 }
@@ -348,7 +372,7 @@ Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> m
   double lo = min.value_or(-kInf), hi = max.value_or(kInf);
   NABLA_CHECK(min || max, "clamp: give at least one of min and max");
   NABLA_CHECK(!(lo > hi), "clamp: min {} is greater than max {}", lo, hi);
-  return unary_op(UnaryOp::Clamp, x, "clamp", "ClampBackward", true, false,
+  return unary_op(UnaryOp::Clamp, x, "clamp", "ClampBackward", Save::input,
                   [lo, hi](BackwardContext& c) {
                     const Tensor& in = c.saved[0];
                     Tensor inside = mul(ge(in, lo), le(in, hi)).to(c.grad().dtype());

@@ -27,13 +27,16 @@ Tensor neg(const Tensor& x);
 Tensor abs(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor exp(const Tensor& x);
+Tensor expm1(const Tensor& x);  // exp(x) - 1, exact for small x
 Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);  // log(1 + x), exact for small x
 Tensor sqrt(const Tensor& x);
 Tensor rsqrt(const Tensor& x);
 Tensor reciprocal(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor erf(const Tensor& x);  // the error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x
 struct GeluOptions {
   bool tanh_approximation = false;  // the "tanh" approximation of PyTorch's approximate='tanh'
 };

@@ -12,7 +12,7 @@
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 
 namespace nabla {

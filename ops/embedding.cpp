@@ -11,7 +11,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cuda/indexing_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/indexing.h"

@@ -18,7 +18,7 @@
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/indexing_kernels.h"
 #include "nabla/ops/cuda/kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/view.h"
 

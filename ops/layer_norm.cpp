@@ -3,11 +3,11 @@
 // per-row mean and 1 / std for the backward, which is one fused kernel per backend.
 #include <cmath>
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/norm.h"
 
 namespace nabla {
@@ -66,7 +66,8 @@ TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
 }  // namespace
 
 Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg,
-                  const Tensor& bias_arg, double eps) {
+                  const Tensor& bias_arg, LayerNormOptions options) {
+  const double eps = options.eps;
   // Autocast: float32 (statistics and output).
   const auto [x_in, weight_in, bias_in] =
       ops::autocast(ops::AutocastCategory::Float32, {x_arg, weight_arg, bias_arg});

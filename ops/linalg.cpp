@@ -12,12 +12,12 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
 #include "nabla/ops/cuda/linalg_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
 

@@ -14,11 +14,11 @@
 
 #include <optional>
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/loss_kernels.h"
 #include "nabla/ops/cuda/loss_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"

@@ -13,11 +13,11 @@
 
 #include <cmath>
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"

@@ -47,7 +47,10 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 // y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
 // have shape normalized_shape and x's dtype, or are undefined. Float16/bfloat16 compute in
 // float32. The result is contiguous.
+struct LayerNormOptions {
+  double eps = 1e-5;  // added to the variance, > 0
+};
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
-                  const Tensor& bias = {}, double eps = 1e-5);
+                  const Tensor& bias = {}, LayerNormOptions options = {});
 
 }  // namespace nabla

@@ -7,12 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/view.h"
@@ -78,6 +79,15 @@ ReductionOutput allocate_output(const Tensor& x, const Shape& dims, bool keepdim
 Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, DType dtype,
                   ReduceParams params = {}) {
   ReductionOutput out = allocate_output(x, dims, keepdim, dtype);
+  if (out.keep.numel() == 0) return out.result;
+  if (x.numel() == 0) {
+    // PyTorch's results over no elements: 0 for sums and norms, NaN for mean and var (max and
+    // min of nothing are refused before this).
+    NABLA_ASSERT(op != ReduceOp::Max && op != ReduceOp::Min, "max/min of no elements");
+    const bool nan = op == ReduceOp::Mean || op == ReduceOp::Var;
+    out.result.fill_(nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return out.result;
+  }
   ops::dispatch(
       "reduce", x, [&] { ops::cpu::reduce(op, x, dims, out.keep, params); },
       [&] { ops::cuda::reduce(op, x, dims, out.keep, params); });
@@ -88,6 +98,9 @@ Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
 std::pair<Tensor, Tensor> run_with_index(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim) {
   ReductionOutput values = allocate_output(x, dims, keepdim, x.dtype());
   ReductionOutput indices = allocate_output(x, dims, keepdim, kInt64);
+  if (values.keep.numel() == 0) return {values.result, indices.result};
+  NABLA_ASSERT(op == ReduceOp::Max || op == ReduceOp::Min, "reduce_with_index is for max and min");
+  NABLA_ASSERT(dims.size() <= 1, "an index names a position along one dim");
   ops::dispatch(
       "reduce_with_index", x, [&] { ops::cpu::reduce_with_index(op, x, dims, values.keep, indices.keep); },
       [&] { ops::cuda::reduce_with_index(op, x, dims, values.keep, indices.keep); });

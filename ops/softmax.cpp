@@ -3,11 +3,11 @@
 // input gives a channels_last output), so the kernel writes it in place of a copy.
 #include "nabla/ops/softmax.h"
 
-#include "nabla/ops/autocast_policy.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/reduce.h"
 

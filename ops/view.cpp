@@ -9,7 +9,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
-#include "nabla/ops/dispatch.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/indexing.h"
 #include "nabla/ops/reduce.h"

@@ -14,12 +14,6 @@
 namespace nabla::optim {
 
 namespace {
-std::vector<ParamGroup> single_group(TensorList params) {
-  std::vector<ParamGroup> groups(1);
-  groups[0].params = std::move(params);
-  return groups;
-}
-
 AdamOptions from_adamw(const AdamWOptions& o) {
   return {.lr = o.lr,
           .beta1 = o.beta1,
@@ -41,11 +35,11 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, 
 
 Adam::Adam(std::vector<ParamGroup> groups, AdamOptions options)
     : Adam(std::move(groups), options, false, "Adam") {}
-Adam::Adam(TensorList params, AdamOptions options) : Adam(single_group(std::move(params)), options) {}
+Adam::Adam(TensorList params, AdamOptions options) : Adam(one_group(std::move(params)), options) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
     : Adam(std::move(groups), from_adamw(options), true, "AdamW") {}
-AdamW::AdamW(TensorList params, AdamWOptions options) : AdamW(single_group(std::move(params)), options) {}
+AdamW::AdamW(TensorList params, AdamWOptions options) : AdamW(one_group(std::move(params)), options) {}
 
 void Adam::step() {
   NoGradGuard no_grad;

@@ -9,14 +9,6 @@
 
 namespace nabla::optim {
 
-namespace {
-std::vector<ParamGroup> single_group(TensorList params) {
-  std::vector<ParamGroup> groups(1);
-  groups[0].params = std::move(params);
-  return groups;
-}
-}  // namespace
-
 LARS::LARS(std::vector<ParamGroup> groups, LarsOptions options)
     : Optimizer(std::move(groups),
                 {.lr = options.lr, .weight_decay = options.weight_decay, .momentum = options.momentum},
@@ -25,7 +17,7 @@ LARS::LARS(std::vector<ParamGroup> groups, LarsOptions options)
   NABLA_CHECK(options.eta > 0.0, "LARS: eta must be > 0, got {}", options.eta);
 }
 
-LARS::LARS(TensorList params, LarsOptions options) : LARS(single_group(std::move(params)), options) {}
+LARS::LARS(TensorList params, LarsOptions options) : LARS(one_group(std::move(params)), options) {}
 
 void LARS::step() {
   NoGradGuard no_grad;

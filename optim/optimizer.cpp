@@ -21,6 +21,12 @@ double scalar_value(const StateDict& state, const std::string& key) {
 }
 }  // namespace detail
 
+std::vector<ParamGroup> one_group(TensorList params) {
+  std::vector<ParamGroup> groups(1);
+  groups[0].params = std::move(params);
+  return groups;
+}
+
 std::vector<ParamGroup> param_groups(const std::vector<std::pair<std::string, Tensor>>& named_params,
                                      const ParamGroupSplit& split, double weight_decay) {
   ParamGroup decay, no_decay;

@@ -28,6 +28,10 @@ struct ParamGroup {
   bool skip_adaptation = false;
 };
 
+// All of `params` as one group with the optimizer's defaults (the optimizers' TensorList
+// constructors).
+std::vector<ParamGroup> one_group(TensorList params);
+
 struct ParamGroupSplit {
   std::vector<std::string> no_weight_decay = {};  // a name containing any of these goes to group 1
 };

@@ -10,14 +10,6 @@
 
 namespace nabla::optim {
 
-namespace {
-std::vector<ParamGroup> single_group(TensorList params) {
-  std::vector<ParamGroup> groups(1);
-  groups[0].params = std::move(params);
-  return groups;
-}
-}  // namespace
-
 SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
     : Optimizer(std::move(groups),
                 {.lr = options.lr, .weight_decay = options.weight_decay, .momentum = options.momentum},
@@ -31,7 +23,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SgdOptions options)
   }
 }
 
-SGD::SGD(TensorList params, SgdOptions options) : SGD(single_group(std::move(params)), options) {}
+SGD::SGD(TensorList params, SgdOptions options) : SGD(one_group(std::move(params)), options) {}
 
 void SGD::step() {
   update(Tensor());

@@ -10,12 +10,18 @@ which use the installed API, nor tests/, which may look inside) and fails on:
   2. a CUDA header (cuda_runtime.h, cudnn.h, cublasLt.h, nccl.h, a .cuh file, ...) included
      outside a `cuda/` folder: everything else compiles with a plain C++ compiler;
   3. an internal header used from outside its library: a header under a `detail/` folder, or
-     one whose first line says "Internal", included from another library.
+     one whose first line says "Internal", included from another library;
+  4. a public header (installed, see cmake/NablaLibrary.cmake) that includes an internal one, so
+     the installed headers would not compile;
+  5. a header whose place and first line disagree: one marked "Internal" outside `detail/` and
+     the backend folders `cpu/` and `cuda/` (where nothing is installed but core/cuda's public
+     runtime headers), or one in those folders not marked either way.
 
 Cases the rules do not fit live in SHARED_INTERNALS and FOLDER_EXCEPTIONS below, each with its
 reason; an entry that no longer matches anything is an error too, so the lists cannot go stale.
 
 Usage: tools/check_layers.py [ROOT]   (ROOT defaults to the repository holding this script)
+       tools/check_layers.py --self-test   (each rule must catch a deliberate break in a scratch tree)
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ FOLDER_EXCEPTIONS: list[tuple[str, str, str]] = [
     ("tools/cupti_trace/", "cuda-header", "a CUPTI profiling tool, built only with CUDA"),
 ]
 
+# The installed libraries (apps, bench and tools install no headers).
+LIBRARIES = {"core", "ops", "nn", "optim", "amp", "data", "distributed"}
+
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 SOURCE_SUFFIXES = {".h", ".hpp", ".cpp", ".cc", ".cu", ".cuh"}
 
@@ -74,15 +83,26 @@ def in_cuda_folder(relative: Path) -> bool:
     return "cuda" in relative.parts[:-1]
 
 
+def first_line(header: Path) -> str:
+    try:
+        with header.open(encoding="utf-8", errors="replace") as f:
+            return f.readline()
+    except OSError:
+        return ""
+
+
+def in_internal_folder(relative: Path) -> bool:
+    folders = relative.parts[:-1]
+    return "detail" in folders or "cpu" in folders or "cuda" in folders
+
+
 def is_internal(header: Path) -> bool:
     if "detail" in header.parts[:-1]:
         return True
-    try:
-        with header.open(encoding="utf-8", errors="replace") as f:
-            first = f.readline()
-    except OSError:
+    line = first_line(header)
+    if re.match(r"^//\s*Public header\b", line):
         return False
-    return bool(re.match(r"^//\s*Internal\b", first))
+    return bool(re.match(r"^//\s*Internal\b", line)) or in_internal_folder(header)
 
 
 def check(root: Path) -> list[str]:
@@ -112,6 +132,16 @@ def check(root: Path) -> list[str]:
         library = library_of(relative)
         if library is None:
             continue
+        is_header = path.suffix in {".h", ".hpp", ".cuh"}
+        header_is_public = is_header and library in LIBRARIES and not is_internal(path)
+        if is_header and library in LIBRARIES:
+            line = first_line(path)
+            marked_internal = bool(re.match(r"^//\s*Internal\b", line))
+            marked_public = bool(re.match(r"^//\s*Public header\b", line))
+            if marked_internal and not in_internal_folder(relative):
+                problems.append(f"{relative}: marked Internal but outside detail/, cpu/ and cuda/, so it is installed")
+            elif in_internal_folder(relative) and not (marked_internal or marked_public):
+                problems.append(f"{relative}: in an internal folder but marked neither Internal nor Public header")
         for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
             match = INCLUDE.match(line)
             if not match:
@@ -126,6 +156,9 @@ def check(root: Path) -> list[str]:
                 continue
             included = Path(target.removeprefix("nabla/"))
             other = library_of(included)
+            if header_is_public and other in LIBRARIES and is_internal(root / included):
+                problems.append(f"{where}: the public header {relative} includes the internal {target}")
+                continue
             if other is None or other == library:
                 continue
             if other not in LAYERS[library]:
@@ -144,7 +177,39 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+def self_test() -> int:
+    """Writes small trees that break one rule each and checks that the rule catches it, so CI
+    proves the check can fail (an upward include added by mistake is caught, not waved through)."""
+    import tempfile
+
+    cases = {
+        "upward include": {"core/a.cpp": '#include "nabla/ops/b.h"\n', "ops/b.h": "// Public header.\n"},
+        "CUDA header outside cuda/": {"ops/a.cpp": "#include <cuda_runtime.h>\n"},
+        "internal header from another library": {
+            "nn/a.cpp": '#include "nabla/ops/detail/b.h"\n', "ops/detail/b.h": "// Internal.\n"},
+        "public header including an internal one": {
+            "ops/a.h": '// Public header.\n#include "nabla/ops/detail/b.h"\n', "ops/detail/b.h": "// Internal.\n"},
+    }
+    failed = 0
+    for name, files in cases.items():
+        with tempfile.TemporaryDirectory() as scratch:
+            root = Path(scratch)
+            for relative, text in files.items():
+                (root / relative).parent.mkdir(parents=True, exist_ok=True)
+                (root / relative).write_text(text)
+            found = [p for p in check(root) if not p.startswith("tools/check_layers.py")]
+            if not found:
+                print(f"check_layers self-test: '{name}' was not caught", file=sys.stderr)
+                failed += 1
+    if failed:
+        return 1
+    print(f"check_layers self-test: all {len(cases)} deliberate breaks caught")
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) > 1 and argv[1] == "--self-test":
+        return self_test()
     root = Path(argv[1]).resolve() if len(argv) > 1 else Path(__file__).resolve().parent.parent
     problems = check(root)
     for problem in problems:

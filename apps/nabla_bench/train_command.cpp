@@ -78,42 +78,88 @@ struct Distributed {
   std::unique_ptr<distributed::ProcessGroup> group;
 };
 
-// Trains one configuration and returns its row (on every rank; rank 0's is reported). Everything
-// it allocates is local, so the next row starts from an empty model and optimizer.
-nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, Distributed& dist) {
-  const auto& env = dist.env;
-  const Device device = Device::cuda(env.local_rank);
-  const bool channels_last = config.layout == "channels-last";
-  manual_seed(0);
-  const MemoryFormat format = memory_format_of(config.layout);
-  auto model = [&] {
+// The model, its optimizer and scaler for one row. Everything is local to the row, so the next
+// starts from an empty model and optimizer.
+class Trainer {
+ public:
+  Trainer(const TrainBenchOptions& o, const TrainConfig& config, Distributed& dist, Device device)
+      : device_(device),
+        format_(memory_format_of(config.layout)),
+        model_(make_tagged_model(o, device, format_)),
+        opt_(model_->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}),
+        scaler_(scaler_options(config, dist)),
+        autocast_on_(config.amp != "off"),
+        low_(autocast_dtype_of(config.amp)) {
+    if (dist.group)
+      ddp_ = std::make_unique<distributed::DistributedDataParallel>(
+          *model_, *dist.group, distributed::DdpOptions{.bucket_cap_mb = o.bucket_mb});
+  }
+
+  MemoryFormat format() const { return format_; }
+  const Tensor& loss() const { return loss_; }
+
+  // One training step. Tagged for --memory-report: what forward allocates counts as activations,
+  // what backward allocates (gradients and its temporaries) as gradients.
+  void step(const Tensor& x, const Tensor& y, PhaseTimer* timer) {
+    opt_.zero_grad();
+    {
+      MemoryCategoryScope tag(MemoryCategory::activations);
+      amp::Autocast autocast(device_, low_, autocast_on_);
+      loss_ = cross_entropy(ddp_ ? (*ddp_)(x) : model_->forward(x), y);
+    }
+    if (timer) timer->mark();
+    {
+      MemoryCategoryScope tag(MemoryCategory::gradients);
+      scaler_.scale(loss_).backward();
+    }
+    if (timer) timer->mark();
+    {
+      MemoryCategoryScope tag(MemoryCategory::optimizer_state);
+      scaler_.step(opt_);
+      scaler_.update();
+    }
+    if (timer) timer->mark();
+  }
+
+ private:
+  static std::shared_ptr<nn::Module> make_tagged_model(const TrainBenchOptions& o, Device device,
+                                                       MemoryFormat format) {
     MemoryCategoryScope tag(MemoryCategory::parameters);
     auto m = make_model(o.arch, o.grad_checkpoint);
     m->to(device, format);
     return m;
-  }();
-  std::unique_ptr<distributed::DistributedDataParallel> ddp;
-  if (dist.group)
-    ddp = std::make_unique<distributed::DistributedDataParallel>(
-        *model, *dist.group, distributed::DdpOptions{.bucket_cap_mb = o.bucket_mb});
-  optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
-  const bool autocast_on = config.amp != "off";
-  const DType low = autocast_dtype_of(config.amp);
-  amp::GradScalerOptions scaler_options;
-  scaler_options.enabled = config.amp == "fp16";
-  if (dist.group) scaler_options.reduce_found_inf = distributed::agree_found_inf(*dist.group);
-  amp::GradScaler scaler(scaler_options);
+  }
+  static amp::GradScalerOptions scaler_options(const TrainConfig& config, Distributed& dist) {
+    amp::GradScalerOptions options;
+    options.enabled = config.amp == "fp16";
+    if (dist.group) options.reduce_found_inf = distributed::agree_found_inf(*dist.group);
+    return options;
+  }
 
-  // Input: one synthetic batch reused every step (torch_resnet50.py's workload), or real JPEGs
-  // through the loader (decode + RandomResizedCrop + flip on worker threads, pinned batches)
-  // and the device prefetcher (upload + normalize on a copy stream), the data path training uses.
-  Tensor x = randn({o.batch_size, 3, 224, 224}, {.device = device}).contiguous(format);
-  Tensor y = randint(0, 1000, {o.batch_size}, {.dtype = kInt64, .device = device});
-  std::unique_ptr<data::DataLoader> loader;
-  std::unique_ptr<data::DevicePrefetcher> prefetcher;
-  if (!o.data_dir.empty()) {
+  Device device_;
+  MemoryFormat format_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<distributed::DistributedDataParallel> ddp_;
+  optim::SGD opt_;
+  amp::GradScaler scaler_;
+  bool autocast_on_;
+  DType low_;
+  Tensor loss_;
+};
+
+// The input: one synthetic batch reused every step (torch_resnet50.py's workload), or real JPEGs
+// through the loader (decode + RandomResizedCrop + flip on worker threads, pinned batches) and
+// the device prefetcher (upload + normalize on a copy stream), the data path training uses.
+class BatchSource {
+ public:
+  BatchSource(const TrainBenchOptions& o, const distributed::DistributedEnv& env, Device device,
+              MemoryFormat format)
+      : o_(o),
+        x_(randn({o.batch_size, 3, 224, 224}, {.device = device}).contiguous(format)),
+        y_(randint(0, 1000, {o.batch_size}, {.dtype = kInt64, .device = device})) {
+    if (o.data_dir.empty()) return;
     auto folder = std::make_shared<data::ImageFolder>(o.data_dir, data::imagenet_train_transform(224));
-    loader = std::make_unique<data::DataLoader>(
+    loader_ = std::make_unique<data::DataLoader>(
         folder, data::DataLoaderOptions{.batch_size = o.batch_size,
                                         .shuffle = true,
                                         .drop_last = true,
@@ -121,59 +167,64 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
                                         .prefetch = 4,
                                         .pin_memory = true,
                                         .seed = static_cast<uint64_t>(env.rank)});
-    prefetcher = std::make_unique<data::DevicePrefetcher>(
-        *loader,
+    prefetcher_ = std::make_unique<data::DevicePrefetcher>(
+        *loader_,
         data::PrefetchOptions{
             .device = env.local_rank, .depth = 2, .normalize = {.dtype = kFloat32, .memory_format = format}});
   }
-  double data_wait = 0, worst_wait = 0;
-  auto next_batch = [&] {
-    if (!prefetcher) return;
-    auto batch = prefetcher->next();
+
+  bool from_files() const { return prefetcher_ != nullptr; }
+  const Tensor& x() const { return x_; }
+  const Tensor& y() const { return y_; }
+  double wait_seconds() const { return wait_; }
+  double worst_wait_seconds() const { return worst_wait_; }
+  void reset_waits() { wait_ = worst_wait_ = 0; }
+
+  // Moves to the next batch (the synthetic batch stays).
+  void next() {
+    if (!prefetcher_) return;
+    auto batch = prefetcher_->next();
     if (!batch) {  // the epoch ended: start the next one
-      prefetcher->start_epoch();
-      batch = prefetcher->next();
+      prefetcher_->start_epoch();
+      batch = prefetcher_->next();
     }
-    NABLA_CHECK(batch.has_value(), "--data {}: the folder gives no full batch of {}", o.data_dir,
-                o.batch_size);
-    x = batch->input;
-    y = batch->target;
-    data_wait += batch->wait_seconds;
-    worst_wait = std::max(worst_wait, batch->wait_seconds);
-  };
-  Tensor loss;
-  std::unique_ptr<PhaseTimer> timer;  // --phase-times, over the timed steps only
+    NABLA_CHECK(batch.has_value(), "--data {}: the folder gives no full batch of {}", o_.data_dir,
+                o_.batch_size);
+    x_ = batch->input;
+    y_ = batch->target;
+    wait_ += batch->wait_seconds;
+    worst_wait_ = std::max(worst_wait_, batch->wait_seconds);
+  }
+
+ private:
+  const TrainBenchOptions& o_;
+  Tensor x_, y_;
+  std::unique_ptr<data::DataLoader> loader_;
+  std::unique_ptr<data::DevicePrefetcher> prefetcher_;
+  double wait_ = 0, worst_wait_ = 0;
+};
+
+// What the timed steps measured.
+struct Timing {
+  double seconds = 0;  // the slowest rank's
+  uint64_t device_allocations = 0;
+};
+
+// The warm-up steps, then the timed ones between two synchronizations.
+Timing time_steps(const TrainBenchOptions& o, Trainer& trainer, BatchSource& batches, Distributed& dist,
+                  std::unique_ptr<PhaseTimer>& timer) {
+  const auto& env = dist.env;
   auto step = [&] {
     if (timer) timer->begin_step();
-    next_batch();
-    opt.zero_grad();
-    // Tagged for --memory-report: what forward allocates counts as activations, what backward
-    // allocates (gradients and its temporaries) as gradients.
-    {
-      MemoryCategoryScope tag(MemoryCategory::activations);
-      amp::Autocast autocast(device, low, autocast_on);
-      loss = cross_entropy(ddp ? (*ddp)(x) : model->forward(x), y);
-    }
-    if (timer) timer->mark();
-    {
-      MemoryCategoryScope tag(MemoryCategory::gradients);
-      scaler.scale(loss).backward();
-    }
-    if (timer) timer->mark();
-    {
-      MemoryCategoryScope tag(MemoryCategory::optimizer_state);
-      scaler.step(opt);
-      scaler.update();
-    }
-    if (timer) timer->mark();
+    batches.next();
+    trainer.step(batches.x(), batches.y(), timer.get());
   };
-
   for (int i = 0; i < o.warmup; ++i) step();
   cuda::synchronize();
   if (dist.group) dist.group->barrier()->wait();
   // Peaks count from here: the timed steps' own, as nabla_bench_torch.py counts them.
   cuda::reset_peak_memory_stats();
-  data_wait = worst_wait = 0;
+  batches.reset_waits();
   if (o.phase_times)
     timer = std::make_unique<PhaseTimer>(std::vector<std::string>{"forward", "backward", "optimizer"},
                                          o.steps, env.local_rank);
@@ -181,29 +232,44 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
   cuda::synchronize();
+  Timing timing;
   // The timed steps should take all their memory from the cache: a device allocation per step
   // would be a hidden cost (and a synchronization point).
-  const auto counts_after = cuda::allocator_counts(env.local_rank);
-  const auto device_allocations = counts_after.device_allocations - counts_before.device_allocations;
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
+  timing.device_allocations =
+      cuda::allocator_counts(env.local_rank).device_allocations - counts_before.device_allocations;
+  timing.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The slowest rank sets the pace of a synchronous job.
   if (dist.group) {
-    Tensor t = full({1}, seconds, {.dtype = kFloat64, .device = device});
+    Tensor t = full({1}, timing.seconds, {.dtype = kFloat64, .device = Device::cuda(env.local_rank)});
     dist.group->allreduce(t, distributed::ReduceOp::max)->wait();
-    seconds = t.item<double>();
+    timing.seconds = t.item<double>();
   }
+  return timing;
+}
+
+// Trains one configuration and returns its row (on every rank; rank 0's is reported).
+nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, Distributed& dist) {
+  const auto& env = dist.env;
+  const Device device = Device::cuda(env.local_rank);
+  const bool channels_last = config.layout == "channels-last";
+  manual_seed(0);
+  Trainer trainer(o, config, dist, device);
+  BatchSource batches(o, env, device, trainer.format());
+  std::unique_ptr<PhaseTimer> timer;  // --phase-times, over the timed steps only
+  const Timing timing = time_steps(o, trainer, batches, dist, timer);
+
   const int world = env.world_size;
+  const double seconds = timing.seconds;
   const double ms = seconds * 1000.0 / o.steps;
   const double img_s = static_cast<double>(o.batch_size) * world * o.steps / seconds;
   const double peak_alloc = gib(cuda::max_memory_allocated());
   const double peak_reserved = gib(cuda::max_memory_reserved());
-  const double wait_share = data_wait / seconds;
-  const double final_loss = loss.item<double>();
+  const double wait_share = batches.wait_seconds() / seconds;
+  const double final_loss = trainer.loss().item<double>();
   // Every rank's phases: a rank slower than the others sets the pace of all.
   if (timer) {
     std::printf("rank %d %s; %llu device allocations in the timed steps\n", env.rank, timer->report().c_str(),
-                static_cast<unsigned long long>(device_allocations));
+                static_cast<unsigned long long>(timing.device_allocations));
   }
   if (env.rank == 0) {
     const std::string input =
@@ -215,9 +281,10 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
         config.amp.c_str(), channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc,
         peak_reserved, final_loss);
     if (o.memory_report) std::printf("%s\n", memory_category_report(device).c_str());
-    if (prefetcher) {
+    if (batches.from_files()) {
       std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
-                  data_wait * 1000 / o.steps, worst_wait * 1000, 100 * wait_share);
+                  batches.wait_seconds() * 1000 / o.steps, batches.worst_wait_seconds() * 1000,
+                  100 * wait_share);
     }
   }
   return {{"bench", "train"},
@@ -238,11 +305,11 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"loss", final_loss},
           {"bucket_mb", o.bucket_mb},
           {"ddp", dist.group != nullptr},
-          {"device_allocations_timed", device_allocations},
+          {"device_allocations_timed", timing.device_allocations},
           {"phases", timer ? timer->summary() : nlohmann::json()},
           {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
           {"workers", o.workers},
-          {"data_wait_share", prefetcher ? wait_share : 0.0},
+          {"data_wait_share", batches.from_files() ? wait_share : 0.0},
           {"grad_checkpoint", o.grad_checkpoint},
           {"memory_fraction", o.memory_fraction}};
 }

@@ -139,9 +139,7 @@ void drain(Rank& r, int& fd, std::string& partial, FILE* sink, bool keep, bool p
   }
 }
 
-}  // namespace
-
-int launch(const LaunchOptions& o) {
+void check_options(const LaunchOptions& o) {
   NABLA_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got {}", o.nproc_per_node);
   NABLA_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got {}", o.nnodes);
   NABLA_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} must be in [0, {})", o.node_rank,
@@ -149,46 +147,66 @@ int launch(const LaunchOptions& o) {
   NABLA_CHECK(o.master_port >= 1 && o.master_port <= 65535, "--master-port {} must be in [1, 65535]",
               o.master_port);
   NABLA_CHECK(!o.command.empty(), "nabla-run: no command given; usage: nabla-run [options] -- CMD [ARGS...]");
-  const int world = o.nproc_per_node * o.nnodes;
+}
 
+void catch_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+}
 
-  std::vector<Rank> ranks(o.nproc_per_node);
-  for (int i = 0; i < o.nproc_per_node; ++i) {
-    ranks[i].local = i;
-    ranks[i].global = o.node_rank * o.nproc_per_node + i;
-    start_rank(o, ranks[i], world);
+// Watches this node's ranks until all have exited: forwards their output, forwards signals, and
+// stops the others when one fails. Each pass of run()'s loop is one call of each phase.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& o, std::vector<Rank>& ranks) : o_(o), ranks_(ranks) {}
+
+  int run() {
+    for (;;) {
+      forward_signals();
+      pump_output();
+      if (reap()) break;
+      enforce_deadline();
+    }
+    // Flush whatever the ranks wrote last.
+    for (auto& r : ranks_) {
+      drain(r, r.out, r.out_partial, stdout, false, o_.prefix_output);
+      drain(r, r.err, r.err_partial, stderr, true, o_.prefix_output);
+    }
+    return result_;
   }
 
-  int result = 0;
-  int failed_rank = -1;
-  bool stopping = false;
-  int forwarded = 0;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  for (;;) {
-    // Forward signals: the first asks the ranks to stop, a second (or a late one) kills them.
-    if (signals_seen > forwarded) {
-      int sig = pending_signal;
-      forwarded = signals_seen;
-      bool kill_now = forwarded > 1;
-      std::fprintf(stderr, "nabla-run: %s; %s\n", strsignal(sig),
-                   kill_now ? "killing every rank" : "forwarding it to every rank");
-      signal_all(ranks, kill_now ? SIGKILL : sig);
-      if (!stopping) {
-        stopping = true;
-        stop_deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(o.grace_seconds));
-        if (result == 0) result = 128 + sig;
-      }
+ private:
+  // Asks every rank to stop, and kills them if they have not after --grace-seconds.
+  void begin_stopping() {
+    stopping_ = true;
+    deadline_ =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(o_.grace_seconds));
+  }
+
+  // The first signal asks the ranks to stop, a second (or a late one) kills them.
+  void forward_signals() {
+    if (signals_seen <= forwarded_) return;
+    const int sig = pending_signal;
+    forwarded_ = signals_seen;
+    const bool kill_now = forwarded_ > 1;
+    std::fprintf(stderr, "nabla-run: %s; %s\n", strsignal(sig),
+                 kill_now ? "killing every rank" : "forwarding it to every rank");
+    signal_all(ranks_, kill_now ? SIGKILL : sig);
+    if (!stopping_) {
+      begin_stopping();
+      if (result_ == 0) result_ = 128 + sig;
     }
+  }
+
+  // Forwards what the ranks wrote, waiting up to 50 ms for something to arrive.
+  void pump_output() {
     std::vector<pollfd> fds;
     std::vector<std::pair<Rank*, bool>> owners;  // (rank, is stderr)
-    for (auto& r : ranks) {
+    for (auto& r : ranks_) {
       if (r.out >= 0) fds.push_back({r.out, POLLIN, 0}), owners.emplace_back(&r, false);
       if (r.err >= 0) fds.push_back({r.err, POLLIN, 0}), owners.emplace_back(&r, true);
     }
@@ -197,55 +215,75 @@ int launch(const LaunchOptions& o) {
       if (fds[i].revents == 0) continue;
       Rank& r = *owners[i].first;
       if (owners[i].second) {
-        pump(r, r.err, r.err_partial, stderr, true, o.prefix_output);
+        pump(r, r.err, r.err_partial, stderr, true, o_.prefix_output);
       } else {
-        pump(r, r.out, r.out_partial, stdout, false, o.prefix_output);
+        pump(r, r.out, r.out_partial, stdout, false, o_.prefix_output);
       }
-    }
-    bool all_done = true;
-    for (auto& r : ranks) {
-      if (r.exited) continue;
-      int status = 0;
-      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
-        r.exited = true;
-        r.code = exit_code(status);
-        if (r.code != 0 && failed_rank < 0 && !stopping) {
-          failed_rank = r.global;
-          result = r.code;
-          // Drain what it wrote last, then report.
-          drain(r, r.err, r.err_partial, stderr, true, o.prefix_output);
-          std::string lines;
-          for (const auto& l : r.last_lines) lines += "    " + l + "\n";
-          std::fprintf(stderr,
-                       "nabla-run: rank %d (local rank %d, pid %d) %s; stopping the other ranks.\n%s%s",
-                       r.global, r.local, r.pid, describe_status(status).c_str(),
-                       lines.empty() ? "" : "  its last error output:\n", lines.c_str());
-          signal_all(ranks, SIGTERM);
-          stopping = true;
-          stop_deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(o.grace_seconds));
-        }
-      } else {
-        all_done = false;
-      }
-    }
-    if (all_done) {
-      // Flush whatever the ranks wrote last.
-      for (auto& r : ranks) {
-        drain(r, r.out, r.out_partial, stdout, false, o.prefix_output);
-        drain(r, r.err, r.err_partial, stderr, true, o.prefix_output);
-      }
-      break;
-    }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
-      std::fprintf(stderr, "nabla-run: ranks still running %.0f s after SIGTERM; killing them\n",
-                   o.grace_seconds);
-      signal_all(ranks, SIGKILL);
-      stop_deadline = std::chrono::steady_clock::time_point::max();
     }
   }
-  return result;
+
+  // Collects the ranks that exited; true when none is left running.
+  bool reap() {
+    bool all_done = true;
+    for (auto& r : ranks_) {
+      if (r.exited) continue;
+      int status = 0;
+      if (::waitpid(r.pid, &status, WNOHANG) != r.pid) {
+        all_done = false;
+        continue;
+      }
+      r.exited = true;
+      r.code = exit_code(status);
+      if (r.code != 0 && failed_rank_ < 0 && !stopping_) on_failure(r, status);
+    }
+    return all_done;
+  }
+
+  // The first rank to fail sets the exit code; its last error lines are reported, and the
+  // others are stopped.
+  void on_failure(Rank& r, int status) {
+    failed_rank_ = r.global;
+    result_ = r.code;
+    drain(r, r.err, r.err_partial, stderr, true, o_.prefix_output);
+    std::string lines;
+    for (const auto& l : r.last_lines) lines += "    " + l + "\n";
+    std::fprintf(stderr, "nabla-run: rank %d (local rank %d, pid %d) %s; stopping the other ranks.\n%s%s",
+                 r.global, r.local, r.pid, describe_status(status).c_str(),
+                 lines.empty() ? "" : "  its last error output:\n", lines.c_str());
+    signal_all(ranks_, SIGTERM);
+    begin_stopping();
+  }
+
+  void enforce_deadline() {
+    if (!stopping_ || std::chrono::steady_clock::now() <= deadline_) return;
+    std::fprintf(stderr, "nabla-run: ranks still running %.0f s after SIGTERM; killing them\n",
+                 o_.grace_seconds);
+    signal_all(ranks_, SIGKILL);
+    deadline_ = std::chrono::steady_clock::time_point::max();
+  }
+
+  const LaunchOptions& o_;
+  std::vector<Rank>& ranks_;
+  int result_ = 0;
+  int failed_rank_ = -1;
+  bool stopping_ = false;
+  int forwarded_ = 0;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
+};
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  check_options(o);
+  const int world = o.nproc_per_node * o.nnodes;
+  catch_stop_signals();
+  std::vector<Rank> ranks(o.nproc_per_node);
+  for (int i = 0; i < o.nproc_per_node; ++i) {
+    ranks[i].local = i;
+    ranks[i].global = o.node_rank * o.nproc_per_node + i;
+    start_rank(o, ranks[i], world);
+  }
+  return Supervisor(o, ranks).run();
 }
 
 }  // namespace nabla::apps

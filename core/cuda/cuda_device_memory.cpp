@@ -3,25 +3,12 @@
 #include <cuda.h>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/error.h"
 
 namespace nabla::cuda {
 
 namespace {
-
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    cudaGetDevice(&previous_);
-    if (previous_ != device) NABLA_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // Driver virtual-memory entry points, looked up once.
 struct VmmApi {

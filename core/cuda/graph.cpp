@@ -1,74 +1,50 @@
-#include "nabla/core/cuda/graph.h"
-
-#include <atomic>
-
+// The CUDA side of graph capture (graph.h, detail/backend.h): stream capture into the
+// allocator's private pool, instantiation, launch and teardown.
 #include "nabla/core/cuda/check.h"
-#include "nabla/core/cuda/memory.h"
-#include "nabla/core/error.h"
+#include "nabla/core/cuda/detail/backend.h"
 
-namespace nabla::cuda {
+namespace nabla::cuda::backend {
 
 namespace {
-std::atomic<uint64_t> next_pool{1};
+cudaStream_t raw(Stream stream) {
+  return static_cast<cudaStream_t>(stream.handle());
+}
 }  // namespace
 
-Graph::~Graph() {
-  try {
-    reset();
-  } catch (...) {  // destructors must not throw; reset only fails on a broken context
-  }
-}
-
-void Graph::capture_begin(Stream stream) {
-  NABLA_CHECK(!capturing_ && !exec_,
-              "Graph::capture_begin: this graph already holds a capture; call reset() first");
-  NABLA_CHECK(stream.handle() != nullptr, "Graph::capture_begin: the legacy NULL stream cannot be captured");
-  stream_ = stream;
-  pool_ = next_pool.fetch_add(1);
-  detail::begin_graph_pool(stream.device(), pool_, stream);
+void begin_capture(Stream stream, uint64_t pool) {
+  begin_graph_pool(stream.device(), pool, stream);
   // Thread-local mode: other threads may keep using CUDA while this one captures.
-  cudaError_t status =
-      cudaStreamBeginCapture(static_cast<cudaStream_t>(stream.handle()), cudaStreamCaptureModeThreadLocal);
-  if (status != cudaSuccess) detail::end_graph_pool(stream.device(), pool_);
+  cudaError_t status = cudaStreamBeginCapture(raw(stream), cudaStreamCaptureModeThreadLocal);
+  if (status != cudaSuccess) end_graph_pool(stream.device(), pool);
   NABLA_CUDA_CHECK(status);
-  capturing_ = true;
 }
 
-void Graph::capture_end() {
-  NABLA_CHECK(capturing_, "Graph::capture_end: no capture in progress");
-  capturing_ = false;
+CapturedGraph end_capture(Stream stream, uint64_t pool) {
   cudaGraph_t graph = nullptr;
-  cudaError_t status = cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &graph);
-  detail::end_graph_pool(stream_.device(), pool_);
+  cudaError_t status = cudaStreamEndCapture(raw(stream), &graph);
+  end_graph_pool(stream.device(), pool);
   NABLA_CUDA_CHECK(status);
-  graph_ = graph;
   cudaGraphExec_t exec = nullptr;
-  NABLA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  exec_ = exec;
+  status = cudaGraphInstantiate(&exec, graph, 0);
+  if (status != cudaSuccess) cudaGraphDestroy(graph);
+  NABLA_CUDA_CHECK(status);
+  return {graph, exec};
 }
 
-void Graph::replay() {
-  NABLA_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
-  NABLA_CUDA_CHECK(
-      cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), static_cast<cudaStream_t>(stream_.handle())));
+void abort_capture(Stream stream, uint64_t pool) {
+  cudaGraph_t discarded = nullptr;
+  cudaStreamEndCapture(raw(stream), &discarded);
+  if (discarded) cudaGraphDestroy(discarded);
+  end_graph_pool(stream.device(), pool);
 }
 
-void Graph::reset() {
-  if (capturing_) {
-    cudaGraph_t discarded = nullptr;
-    cudaStreamEndCapture(static_cast<cudaStream_t>(stream_.handle()), &discarded);
-    if (discarded) cudaGraphDestroy(discarded);
-    detail::end_graph_pool(stream_.device(), pool_);
-    capturing_ = false;
-  }
-  if (exec_) NABLA_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_)));
-  if (graph_) NABLA_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph_)));
-  exec_ = graph_ = nullptr;
-  if (pool_) {
-    // Replays may still run: the pool's blocks are released once the stream is past them.
-    detail::release_graph_pool(stream_.device(), pool_, stream_);
-    pool_ = 0;
-  }
+void launch(const CapturedGraph& graph, Stream stream) {
+  NABLA_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.exec), raw(stream)));
 }
 
-}  // namespace nabla::cuda
+void destroy(const CapturedGraph& graph) {
+  if (graph.exec) NABLA_CUDA_CHECK(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph.exec)));
+  if (graph.graph) NABLA_CUDA_CHECK(cudaGraphDestroy(static_cast<cudaGraph_t>(graph.graph)));
+}
+
+}  // namespace nabla::cuda::backend

@@ -1,11 +1,10 @@
-// The device allocators behind allocator_for(Device::cuda(i)) and the public memory API.
+// The CUDA side of device memory (detail/backend.h): the device allocators behind
+// allocator_for(Device::cuda(i)) and the public memory API.
 //
 // Each device gets, on first use, either the caching allocator over the real device
 // (CachingAllocator + CudaDeviceMemory) or the native one (cudaMalloc/cudaFree per tensor), as
 // NABLA_CUDA_ALLOC_CONF says. Blocks are allocated for the thread's current stream, so reuse
 // follows the allocator's per-stream rules; record_stream() covers other streams.
-#include "nabla/core/cuda/memory.h"
-
 #include <array>
 #include <memory>
 #include <mutex>
@@ -13,11 +12,12 @@
 #include "nabla/core/cuda/caching_allocator.h"
 #include "nabla/core/cuda/check.h"
 #include "nabla/core/cuda/cuda_device_memory.h"
-#include "nabla/core/cuda/runtime.h"
+#include "nabla/core/cuda/detail/backend.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/error.h"
 #include "nabla/core/memory_category.h"
 
-namespace nabla::cuda {
+namespace nabla::cuda::backend {
 
 namespace {
 
@@ -51,12 +51,11 @@ class NativeDeviceAllocator final : public Allocator {
   explicit NativeDeviceAllocator(int device) : device_(device) {}
   DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return DataPtr(nullptr, nullptr, nullptr, Device::cuda(device_));
-    int previous = current_device();
-    NABLA_CUDA_CHECK(cudaSetDevice(device_));
     void* p = nullptr;
-    cudaError_t status = cudaMalloc(&p, nbytes);
-    cudaSetDevice(previous);
-    NABLA_CUDA_CHECK(status);
+    {
+      DeviceGuard guard(device_);
+      NABLA_CUDA_CHECK(cudaMalloc(&p, nbytes));
+    }
     ++counts_.allocations;
     ++counts_.device_allocations;
     return DataPtr(
@@ -86,9 +85,7 @@ const AllocConfig& config() {
 
 DeviceState& state(int device) {
   static auto* states = new std::array<DeviceState, kMaxDevices>();  // leaked: tensors may outlive statics
-  if (device < 0) device = current_device();
-  NABLA_CHECK(device >= 0 && device < device_count(),
-              "CUDA device {} does not exist (this machine has {} device(s))", device, device_count());
+  device = checked_device(device);
   DeviceState& s = (*states)[device];
   std::call_once(s.once, [&] {
     if (config().backend == AllocBackend::kNative) {
@@ -170,11 +167,9 @@ std::string memory_snapshot(int device) {
 }
 
 void record_stream(const Tensor& t, Stream stream) {
-  NABLA_CHECK(t.is_cuda(), "record_stream: expected a CUDA tensor, got {}", describe(t));
   if (auto* p = policy(t.device().index)) p->record_stream(t.storage()->data(), stream.id());
 }
 
-namespace detail {
 MemoryCategoryStats memory_category_stats(int device) {
   if (auto* p = policy(device)) return p->category_stats();
   MemoryCategoryStats untracked;  // the native backend does not tag its allocations
@@ -197,6 +192,5 @@ void release_graph_pool(int device, uint64_t pool, Stream stream) {
   stream.synchronize();
   if (auto* p = policy(device)) p->release_pool(pool);
 }
-}  // namespace detail
 
-}  // namespace nabla::cuda
+}  // namespace nabla::cuda::backend

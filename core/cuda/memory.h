@@ -45,11 +45,4 @@ std::string memory_snapshot(int device = -1);
 // reused after `t` is freed until that stream has passed the work queued so far.
 void record_stream(const Tensor& t, Stream stream);
 
-namespace detail {
-// Private pools for graph capture (used by cuda::Graph).
-void begin_graph_pool(int device, uint64_t pool, Stream stream);
-void end_graph_pool(int device, uint64_t pool);
-void release_graph_pool(int device, uint64_t pool, Stream stream);
-}  // namespace detail
-
 }  // namespace nabla::cuda

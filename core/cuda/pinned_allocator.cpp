@@ -1,8 +1,6 @@
-// The pinned host allocator (see pinned_allocator.h). Blocks live in an address-ordered map so
-// that any pointer into a block finds it; free blocks sit in per-size lists; blocks freed while a
-// recorded copy may still read them wait in `pending` until their events complete.
-#include "nabla/core/cuda/pinned_allocator.h"
-
+// The CUDA side of the pinned host allocator (pinned_allocator.h, detail/backend.h). Blocks live in an
+// address-ordered map so that any pointer into a block finds it; free blocks sit in per-size lists; blocks
+// freed while a recorded copy may still read them wait in `pending` until their events complete.
 #include <bit>
 #include <map>
 #include <mutex>
@@ -10,10 +8,11 @@
 #include <vector>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/detail/backend.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/error.h"
 
-namespace nabla::cuda {
+namespace nabla::cuda::backend {
 
 namespace {
 
@@ -166,4 +165,4 @@ void pinned_empty_cache() {
   instance().empty_cache();
 }
 
-}  // namespace nabla::cuda
+}  // namespace nabla::cuda::backend

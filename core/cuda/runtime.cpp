@@ -1,16 +1,11 @@
-// The CUDA device runtime: devices, and copies ordered on the current stream. Device memory
-// lives in memory.cpp.
-#include "nabla/core/cuda/runtime.h"
-
-#include <array>
-#include <mutex>
-
+// The CUDA side of the device runtime (detail/backend.h): devices, and copies ordered on the
+// current stream. Device memory lives in memory.cpp.
 #include "nabla/core/cuda/check.h"
-#include "nabla/core/cuda/pinned_allocator.h"
-#include "nabla/core/cuda/stream.h"
+#include "nabla/core/cuda/detail/backend.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/error.h"
 
-namespace nabla::cuda {
+namespace nabla::cuda::backend {
 
 int device_count() {
   static const int count = [] {
@@ -25,47 +20,26 @@ int device_count() {
   return count;
 }
 
-bool is_available() {
-  return device_count() > 0;
-}
-
-namespace {
-void check_index(int index) {
-  NABLA_CHECK(index >= 0 && index < device_count(),
-              "CUDA device {} does not exist (this machine has {} device(s))", index, device_count());
-}
-}  // namespace
-
 int current_device() {
   int d = 0;
   NABLA_CUDA_CHECK(cudaGetDevice(&d));
   return d;
 }
 
+int checked_device(int device) {
+  if (device < 0) return current_device();
+  NABLA_CHECK(device < device_count(), "CUDA device {} does not exist (this machine has {} device(s))",
+              device, device_count());
+  return device;
+}
+
 void set_device(int index) {
-  check_index(index);
-  NABLA_CUDA_CHECK(cudaSetDevice(index));
+  NABLA_CUDA_CHECK(cudaSetDevice(checked_device(index)));
 }
 
 void synchronize() {
   NABLA_CUDA_CHECK(cudaDeviceSynchronize());
 }
-
-namespace {
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int index) : previous_(current_device()) {
-    if (index != previous_) NABLA_CUDA_CHECK(cudaSetDevice(index));
-  }
-  ~DeviceGuard() { cudaSetDevice(previous_); }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_;
-};
-
-}  // namespace
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;
@@ -92,4 +66,4 @@ void memset_zero(void* dst, Device device, size_t nbytes) {
   NABLA_CUDA_CHECK(cudaMemsetAsync(dst, 0, nbytes, s));
 }
 
-}  // namespace nabla::cuda
+}  // namespace nabla::cuda::backend

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/error.h"
 #include "nabla/data/cuda/normalize_cuda.h"
 
@@ -69,13 +70,7 @@ void launch_normalize(const uint8_t* src, void* dst, int64_t n, int64_t h, int64
   const int64_t total = n * h * w * c;
   if (total == 0) return;
   // A launch goes to the current device; the stream may belong to another one.
-  int previous = 0;
-  NABLA_CUDA_CHECK(cudaGetDevice(&previous));
-  if (previous != stream.device()) NABLA_CUDA_CHECK(cudaSetDevice(stream.device()));
-  struct Restore {
-    int device;
-    ~Restore() { cudaSetDevice(device); }
-  } restore{previous};
+  nabla::cuda::DeviceGuard guard(stream.device());
   auto s = static_cast<cudaStream_t>(stream.handle());
   switch (dtype) {
     case DType::Float32:

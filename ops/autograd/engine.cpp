@@ -14,8 +14,8 @@
 
 #include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/detail/nodes.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/autograd/nodes.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 
@@ -45,11 +45,18 @@ void queue_callback(std::function<void()> callback) {
   current_callbacks->push_back(std::move(callback));
 }
 
-void backward(const TensorList& roots, const TensorList& root_grads, BackwardOptions options) {
+namespace {
+
+// The roots' gradient edges and their starting gradients, checked.
+struct Roots {
+  std::vector<Edge> edges;
+  TensorList grads;
+};
+
+Roots check_roots(const TensorList& roots, const TensorList& root_grads) {
   NABLA_CHECK(root_grads.empty() || root_grads.size() == roots.size(),
               "backward: {} gradients given for {} outputs", root_grads.size(), roots.size());
-  std::vector<Edge> root_edges;
-  TensorList initial;
+  Roots out;
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& root = roots[i];
     NABLA_CHECK(root.requires_grad(),
@@ -66,71 +73,65 @@ void backward(const TensorList& roots, const TensorList& root_grads, BackwardOpt
     }
     NABLA_CHECK(g.sizes() == root.sizes() && g.device() == root.device(),
                 "backward: gradient {} does not match the output {}", describe(g), describe(root));
-    root_edges.push_back(gradient_edge(root));
-    NABLA_ASSERT(root_edges.back().valid(), "backward: a root that requires grad has no gradient edge");
-    initial.push_back(std::move(g));
+    out.edges.push_back(gradient_edge(root));
+    NABLA_ASSERT(out.edges.back().valid(), "backward: a root that requires grad has no gradient edge");
+    out.grads.push_back(std::move(g));
   }
+  return out;
+}
 
-  // 1. Dependency counts.
-  std::unordered_map<Node*, int> dependencies;
-  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive;
-  std::vector<Node*> stack;
-  for (const auto& e : root_edges) {
-    if (keep_alive.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
-  }
-  while (!stack.empty()) {
-    Node* node = stack.back();
-    stack.pop_back();
-    for (const auto& e : node->next_edges) {
-      if (!e.valid()) continue;
-      ++dependencies[e.node.get()];
-      if (keep_alive.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
+// One backward pass over the graph below the roots: steps 1 to 3 of the comment at the top.
+class GraphTask {
+ public:
+  explicit GraphTask(const std::vector<Edge>& roots) { count_dependencies(roots); }
+
+  void run(Roots roots, bool release_saved) {
+    for (size_t i = 0; i < roots.edges.size(); ++i)
+      add_to_buffer(roots.edges[i].node.get(), roots.edges[i].input_nr, std::move(roots.grads[i]));
+    for (const auto& e : roots.edges) {
+      if (dependencies_[e.node.get()] == 0) {
+        dependencies_[e.node.get()] = -1;  // queued
+        ready_.push({priority(e.node.get()), e.node.get()});
+      }
+    }
+    while (!ready_.empty()) {
+      Node* node = ready_.top().node;
+      ready_.pop();
+      TensorList outputs = node->apply(take_inputs(node));
+      if (release_saved) node->release_saved();
+      send_outputs(node, std::move(outputs));
     }
   }
 
-  // 2./3. Run in dependency order.
-  AutoGradMode grad_mode(options.create_graph);
-  // Gradients follow the dtypes the forward chose; the policy must not re-cast them (a bias
-  // gradient summed in float32 would no longer match its float16 input). See amp.md.
-  const autocast::State autocast_before = autocast::current();
-  autocast::set_current({.enabled = false});
-  struct RestoreAutocast {
-    autocast::State state;
-    ~RestoreAutocast() { autocast::set_current(state); }
-  } restore_autocast{autocast_before};
-  std::unordered_map<Node*, TensorList> buffers;
-  auto add_to_buffer = [&](Node* node, uint32_t input_nr, Tensor g) {
-    auto& buffer = buffers[node];
+ private:
+  // 1. How many edges point at each node reachable from the roots.
+  void count_dependencies(const std::vector<Edge>& roots) {
+    std::vector<Node*> stack;
+    for (const auto& e : roots) {
+      if (keep_alive_.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
+    }
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      for (const auto& e : node->next_edges) {
+        if (!e.valid()) continue;
+        ++dependencies_[e.node.get()];
+        if (keep_alive_.emplace(e.node.get(), e.node).second) stack.push_back(e.node.get());
+      }
+    }
+  }
+
+  void add_to_buffer(Node* node, uint32_t input_nr, Tensor g) {
+    auto& buffer = buffers_[node];
     if (buffer.size() < node->num_outputs) buffer.resize(node->num_outputs);
     Tensor& slot = buffer[input_nr];
     slot = slot.defined() ? slot + g : std::move(g);
-  };
-  // Callbacks belong to the outermost backward on this thread: a backward nested inside a node
-  // (gradient checkpointing's recompute) must not flush DDP's buckets early.
-  std::vector<std::function<void()>> callbacks;
-  const bool outermost = current_callbacks == nullptr;
-  struct RestoreCallbacks {
-    bool outermost;
-    ~RestoreCallbacks() {
-      if (outermost) current_callbacks = nullptr;
-    }
-  } restore_callbacks{outermost};
-  if (outermost) current_callbacks = &callbacks;
-  std::priority_queue<ReadyEntry> ready;
-  for (size_t i = 0; i < root_edges.size(); ++i)
-    add_to_buffer(root_edges[i].node.get(), root_edges[i].input_nr, initial[i]);
-  for (const auto& e : root_edges) {
-    if (dependencies[e.node.get()] == 0) {
-      dependencies[e.node.get()] = -1;  // queued
-      ready.push({priority(e.node.get()), e.node.get()});
-    }
   }
 
-  while (!ready.empty()) {
-    Node* node = ready.top().node;
-    ready.pop();
-    TensorList grads = std::move(buffers[node]);
-    buffers.erase(node);
+  // The summed gradients of a ready node's outputs, through its pre-hooks.
+  TensorList take_inputs(Node* node) {
+    TensorList grads = std::move(buffers_[node]);
+    buffers_.erase(node);
     grads.resize(node->num_outputs);
     for (auto& [output, hook] : node->pre_hooks) {
       if (output < grads.size() && grads[output].defined()) {
@@ -138,22 +139,77 @@ void backward(const TensorList& roots, const TensorList& root_grads, BackwardOpt
         if (replaced.defined()) grads[output] = std::move(replaced);
       }
     }
-    TensorList outputs = node->apply(std::move(grads));
-    // As in PyTorch, create_graph implies retain_graph: the new graph refers to these nodes.
-    if (!options.retain_graph && !options.create_graph) node->release_saved();
+    return grads;
+  }
+
+  // 3. A node's results into the buffers of the nodes its edges name; those left with no
+  // pending edge become ready.
+  void send_outputs(Node* node, TensorList outputs) {
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.valid()) continue;
       if (i < outputs.size() && outputs[i].defined())
         add_to_buffer(e.node.get(), e.input_nr, std::move(outputs[i]));
-      if (--dependencies[e.node.get()] == 0) ready.push({priority(e.node.get()), e.node.get()});
+      if (--dependencies_[e.node.get()] == 0) ready_.push({priority(e.node.get()), e.node.get()});
     }
   }
-  // A callback may queue another (run after it); index, since push_back can reallocate.
-  for (size_t i = 0; i < callbacks.size(); ++i) {
-    auto callback = std::move(callbacks[i]);
-    callback();
+
+  std::unordered_map<Node*, int> dependencies_;
+  std::unordered_map<Node*, std::shared_ptr<Node>> keep_alive_;
+  std::unordered_map<Node*, TensorList> buffers_;
+  std::priority_queue<ReadyEntry> ready_;
+};
+
+// Gradients follow the dtypes the forward chose; the policy must not re-cast them (a bias
+// gradient summed in float32 would no longer match its float16 input). See amp.md.
+class AutocastOff {
+ public:
+  AutocastOff() : before_(autocast::current()) { autocast::set_current({.enabled = false}); }
+  ~AutocastOff() { autocast::set_current(before_); }
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  autocast::State before_;
+};
+
+// Callbacks belong to the outermost backward on this thread: a backward nested inside a node
+// (gradient checkpointing's recompute) must not flush DDP's buckets early.
+class CallbackScope {
+ public:
+  CallbackScope() : outermost_(current_callbacks == nullptr) {
+    if (outermost_) current_callbacks = &callbacks_;
   }
+  ~CallbackScope() {
+    if (outermost_) current_callbacks = nullptr;
+  }
+  CallbackScope(const CallbackScope&) = delete;
+  CallbackScope& operator=(const CallbackScope&) = delete;
+
+  // A callback may queue another (run after it); index, since push_back can reallocate.
+  void run() {
+    for (size_t i = 0; i < callbacks_.size(); ++i) {
+      auto callback = std::move(callbacks_[i]);
+      callback();
+    }
+  }
+
+ private:
+  bool outermost_;
+  std::vector<std::function<void()>> callbacks_;
+};
+
+}  // namespace
+
+void backward(const TensorList& roots, const TensorList& root_grads, BackwardOptions options) {
+  Roots checked = check_roots(roots, root_grads);
+  GraphTask task(checked.edges);
+  AutoGradMode grad_mode(options.create_graph);
+  AutocastOff autocast_off;
+  CallbackScope callbacks;
+  // As in PyTorch, create_graph implies retain_graph: the new graph refers to these nodes.
+  task.run(std::move(checked), !options.retain_graph && !options.create_graph);
+  callbacks.run();
 }
 
 }  // namespace nabla::autograd

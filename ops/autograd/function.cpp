@@ -1,7 +1,7 @@
 // Recording ops into the autograd graph, and the two node kinds (see nodes.h).
 #include "nabla/ops/autograd/function.h"
 
-#include "nabla/ops/autograd/nodes.h"
+#include "nabla/ops/autograd/detail/nodes.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 

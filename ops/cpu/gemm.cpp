@@ -9,7 +9,7 @@
 
 #include "nabla/ops/cpu/linalg_kernels.h"
 #include "nabla/ops/cpu/matrix_product.h"
-#include "nabla/ops/matrix_layout.h"
+#include "nabla/ops/detail/matrix_layout.h"
 
 namespace nabla::ops::cpu {
 

@@ -4,7 +4,7 @@
 
 #include "nabla/core/generator.h"
 #include "nabla/core/tensor.h"
-#include "nabla/ops/op_kinds.h"
+#include "nabla/ops/detail/op_kinds.h"
 
 namespace nabla::ops::cpu {
 

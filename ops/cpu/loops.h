@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/iteration.h"
+#include "nabla/ops/detail/iteration.h"
 
 namespace nabla::ops::cpu {
 
@@ -34,7 +34,7 @@ inline constexpr int64_t kParallelGrain = int64_t{1} << 20;
 template <int N>
 using LoopPlan = IterationPlan<N>;
 
-// operands[0] is the output; the others are broadcast to its shape (see ops/iteration.h).
+// operands[0] is the output; the others are broadcast to its shape (see ops/detail/iteration.h).
 template <int N>
 LoopPlan<N> make_plan(const std::array<const Tensor*, N>& operands) {
   return plan_iteration<N>(operands);

@@ -21,9 +21,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "nabla/ops/channel_blocks.h"
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/norm_kernels.h"
+#include "nabla/ops/detail/channel_blocks.h"
 
 namespace nabla::ops::cpu {
 

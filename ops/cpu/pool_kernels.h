@@ -4,7 +4,7 @@
 #pragma once
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/pool_window.h"
+#include "nabla/ops/detail/pool_window.h"
 
 namespace nabla::ops::cpu {
 

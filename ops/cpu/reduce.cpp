@@ -1,17 +1,8 @@
 // CPU reductions (sum, mean, var, norm, max/min with and without indices) and softmax.
 //
-// Note [Reduction layout]
-// A reduction reads its input as a dense (outer, R, inner) block: the dims of size > 1, taken in
-// memory order (largest stride first), split into kept dims before the reduced ones (outer), the
-// reduced dims (R) and kept dims after them (inner). Any dense input whose reduced dims sit next
-// to each other in memory fits without a copy: a contiguous (N, C) summed over dim 0 is
-// (1, N, C), a channels_last (N, C, H, W) averaged over (0, 2, 3) is (1, N*H*W, C), a transposed
-// matrix reduced over its last logical dim is (1, R, inner). Other inputs (strided slices,
-// expanded tensors, or reduced dims split by kept ones in memory) are first copied into
-// (kept..., reduced...) order, where inner = 1.
-//
-// The result is dense over the kept dims in that same memory order; when `out` does not have
-// those strides (say a keepdim output of a transposed input), it goes through a temporary.
+// The input is read in place as the dense (O, R, I) block of Note [Reduction layout]
+// (ops/detail/reduce_layout.h), with one reduced run (ReduceBlock::one_run): O outer kept
+// positions, R reduced, I inner kept.
 //
 // Each output is accumulated by a Reducer (init, update, combine, write). Work splits over
 // (outer, block of inner) tasks, or, when there are too few outputs to share among threads
@@ -21,14 +12,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <type_traits>
 #include <vector>
 
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
-#include "nabla/ops/iteration.h"
+#include "nabla/ops/detail/iteration.h"
+#include "nabla/ops/detail/reduce_layout.h"
 
 namespace nabla::ops::cpu {
 
@@ -45,77 +36,15 @@ bool is_nan(T v) {
 // The accumulator type: float32 sums in double on the CPU (cheap here, and it keeps long sums
 // exact to float precision), float16/bfloat16 in float, integers and bool in int64.
 template <typename T>
-using acc_t = std::conditional_t<std::is_integral_v<T>, int64_t,
-                                 std::conditional_t<std::is_floating_point_v<T>, double, float>>;
-
-// A dense copy of x whose memory order is `order` (a permutation of x's dims), with x's sizes.
-Tensor dense_copy(const Tensor& x, const std::vector<int64_t>& order) {
-  Shape strides = dense_strides_in_order(x.sizes(), order);
-  Tensor buffer = Tensor::empty({x.numel()}, {.dtype = x.dtype(), .device = x.device()});
-  Tensor view = Tensor::alias(buffer, x.sizes(), strides, 0);
-  copy(x, view);
-  return view;
-}
-
-struct Layout {
-  Tensor input;  // dense: element (o, r, i) is at data[(o * reduce + r) * inner + i]
-  int64_t outer = 1, reduce = 1, inner = 1;
-  Shape out_strides;  // per dim of the keepdim shape: its stride in the dense (outer, inner) result
-};
-
-Layout plan_layout(const Tensor& x, const std::vector<bool>& reduced) {
-  Layout layout;
-  layout.input = is_non_overlapping_and_dense(x.sizes(), x.strides()) ? x : dense_copy(x, [&] {
-    std::vector<int64_t> identity(x.dim());
-    std::iota(identity.begin(), identity.end(), 0);
-    return identity;
-  }());
-  std::vector<int64_t> order = memory_order(layout.input);
-  int runs = 0;
-  for (size_t k = 0; k < order.size(); ++k) {
-    if (reduced[order[k]] && (k == 0 || !reduced[order[k - 1]])) ++runs;
-  }
-  if (runs > 1) {
-    // Reduced dims are interleaved with kept ones in memory: gather them at the end.
-    std::vector<int64_t> perm;
-    for (int64_t d = 0; d < x.dim(); ++d) {
-      if (x.size(d) == 1) perm.push_back(d);
-    }
-    for (int64_t d : order) {
-      if (!reduced[d]) perm.push_back(d);
-    }
-    for (int64_t d : order) {
-      if (reduced[d]) perm.push_back(d);
-    }
-    layout.input = dense_copy(layout.input, perm);
-    order = memory_order(layout.input);
-  }
-  bool seen_reduced = false;
-  for (int64_t d : order) {
-    const int64_t size = layout.input.size(d);
-    if (reduced[d]) {
-      layout.reduce *= size;
-      seen_reduced = true;
-    } else if (seen_reduced) {
-      layout.inner *= size;
-    } else {
-      layout.outer *= size;
-    }
-  }
-  layout.out_strides = reduced_output_strides(x.sizes(), order, reduced);
-  return layout;
-}
-
-void finish_output(const Tensor& buffer, const Tensor& out, const Shape& strides) {
-  if (!buffer.is_same(out)) copy(Tensor::alias(buffer, out.sizes(), strides, 0), out);
-}
+using reduce_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t,
+                                        std::conditional_t<std::is_floating_point_v<T>, double, float>>;
 
 // ---- reducers: init() is the identity of combine(); write(k, acc) stores output k -----------
 
 template <typename T, typename Out>
 struct SumReducer {
   using In = T;
-  using Acc = acc_t<T>;
+  using Acc = reduce_acc_t<T>;
   Out* out;
   Acc divisor;  // 1 for a sum, R for a mean
   Acc init() const { return Acc(0); }
@@ -135,7 +64,7 @@ enum class NormKind { Zero, One, Two, Inf, NegInf, General };
 template <typename T, NormKind K>
 struct NormReducer {
   using In = T;
-  using Acc = acc_t<T>;
+  using Acc = reduce_acc_t<T>;
   T* out;
   Acc p;
   Acc init() const { return K == NormKind::NegInf ? std::numeric_limits<Acc>::infinity() : Acc(0); }
@@ -165,7 +94,7 @@ struct NormReducer {
 template <typename T>
 struct VarReducer {
   using In = T;
-  using C = acc_t<T>;
+  using C = reduce_acc_t<T>;
   struct Acc {
     int64_t n;
     C mean, m2;
@@ -254,10 +183,10 @@ void reduce_range(const Red& red, const typename Red::In* x, int64_t R, int64_t 
 }
 
 template <typename Red>
-void run_reduction(const Red& red, const Layout& layout) {
+void run_reduction(const Red& red, const ReduceLayout& layout) {
   using Acc = typename Red::Acc;
   const auto* x = layout.input.data_ptr<typename Red::In>();
-  const int64_t outer = layout.outer, R = layout.reduce, inner = layout.inner;
+  const int64_t outer = layout.o, R = layout.b, inner = layout.i;
   const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock;
   const int64_t tasks = outer * blocks;
   const int64_t threads = omp_get_max_threads();
@@ -299,15 +228,9 @@ void run_reduction(const Red& red, const Layout& layout) {
   }
 }
 
-std::vector<bool> reduced_mask(int64_t ndim, const Shape& dims) {
-  std::vector<bool> mask(ndim, false);
-  for (int64_t d : dims) mask[d] = true;
-  return mask;
-}
-
 template <typename T>
-void run_norm(const Layout& layout, T* out, double p) {
-  using Acc = acc_t<T>;
+void run_norm(const ReduceLayout& layout, T* out, double p) {
+  using Acc = reduce_acc_t<T>;
   const Acc pa = static_cast<Acc>(p);
   if (p == 0) return run_reduction(NormReducer<T, NormKind::Zero>{out, pa}, layout);
   if (p == 1) return run_reduction(NormReducer<T, NormKind::One>{out, pa}, layout);
@@ -320,21 +243,15 @@ void run_norm(const Layout& layout, T* out, double p) {
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out, ReduceParams params) {
-  if (out.numel() == 0) return;
-  if (x.numel() == 0) {
-    NABLA_ASSERT(op != ReduceOp::Max && op != ReduceOp::Min, "max/min of no elements reached the kernel");
-    const bool nan = op == ReduceOp::Mean || op == ReduceOp::Var;
-    fill(out, nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
-    return;
-  }
-  const Layout layout = plan_layout(x, reduced_mask(x.dim(), dims));
-  const Tensor buffer = output_buffer(out, layout.out_strides);
+  const ReductionPlan plan = plan_reduction(x, dims, ReduceBlock::one_run, {out});
+  const ReduceLayout& layout = plan.layout;
+  const Tensor& buffer = plan.buffers[0];
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Mean:
       dispatch(x.dtype(), "sum", [&]<typename T>() {
         using Out = std::conditional_t<std::is_integral_v<T>, int64_t, T>;
-        const auto divisor = static_cast<acc_t<T>>(op == ReduceOp::Mean ? layout.reduce : 1);
+        const auto divisor = static_cast<reduce_acc_t<T>>(op == ReduceOp::Mean ? layout.b : 1);
         run_reduction(SumReducer<T, Out>{buffer.data_ptr<Out>(), divisor}, layout);
       });
       break;
@@ -358,29 +275,23 @@ void reduce(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& out, 
       });
       break;
   }
-  finish_output(buffer, out, layout.out_strides);
+  plan.finish();
 }
 
 void reduce_with_index(ReduceOp op, const Tensor& x, const Shape& dims, const Tensor& values,
                        const Tensor& indices) {
-  NABLA_ASSERT(op == ReduceOp::Max || op == ReduceOp::Min, "reduce_with_index is for max and min");
-  NABLA_ASSERT(dims.size() <= 1, "an index names a position along one dim");
-  if (values.numel() == 0) return;
-  NABLA_ASSERT(x.numel() > 0, "max/min of no elements reached the kernel");
-  const Layout layout = plan_layout(x, reduced_mask(x.dim(), dims));
-  const Tensor value_buffer = output_buffer(values, layout.out_strides);
-  const Tensor index_buffer = output_buffer(indices, layout.out_strides);
+  const ReductionPlan plan = plan_reduction(x, dims, ReduceBlock::one_run, {values, indices});
+  const ReduceLayout& layout = plan.layout;
   dispatch(x.dtype(), op == ReduceOp::Max ? "max" : "min", [&]<typename T>() {
-    T* v = value_buffer.data_ptr<T>();
-    int64_t* i = index_buffer.data_ptr<int64_t>();
+    T* v = plan.buffers[0].data_ptr<T>();
+    int64_t* i = plan.buffers[1].data_ptr<int64_t>();
     if (op == ReduceOp::Max) {
       run_reduction(ExtremeReducer<T, true>{v, i}, layout);
     } else {
       run_reduction(ExtremeReducer<T, false>{v, i}, layout);
     }
   });
-  finish_output(value_buffer, values, layout.out_strides);
-  finish_output(index_buffer, indices, layout.out_strides);
+  plan.finish();
 }
 
 // ---- softmax --------------------------------------------------------------------------------
@@ -435,19 +346,10 @@ void softmax_block(const T* x, T* y, int64_t R, int64_t inner, int64_t n, bool l
 
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   if (x.numel() == 0) return;
-  std::vector<bool> mask(x.dim(), false);
-  if (x.dim() > 0) mask[dim] = true;
-  // One reduced dim is always a single run, so this never copies a dense input.
-  const Layout layout = plan_layout(x, mask);
+  const ReduceLayout layout = plan_softmax_layout(x, dim);
   const Tensor& in = layout.input;
-  bool same_layout = true;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    same_layout = same_layout && (x.size(d) == 1 || out.stride(d) == in.stride(d));
-  const Tensor y = same_layout
-                       ? out
-                       : Tensor::alias(Tensor::empty({x.numel()}, {.dtype = x.dtype(), .device = x.device()}),
-                                       x.sizes(), in.strides(), 0);
-  const int64_t outer = layout.outer, R = layout.reduce, inner = layout.inner;
+  const Tensor y = softmax_buffer(layout, out);
+  const int64_t outer = layout.o, R = layout.b, inner = layout.i;
   const int64_t blocks = (inner + kInnerBlock - 1) / kInnerBlock, tasks = outer * blocks;
   const bool parallel = x.numel() >= kParallelGrain && !omp_in_parallel();
   dispatch<TypeSet::Floating>(x.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
@@ -460,7 +362,7 @@ void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
       softmax_block(xp + offset, yp + offset, R, inner, std::min(kInnerBlock, inner - i0), log);
     }
   });
-  if (!same_layout) copy(y, out);
+  finish_softmax(y, out);
 }
 
 }  // namespace nabla::ops::cpu

@@ -33,13 +33,13 @@ enum ForwardCoef { kMean, kScale, kShift, kForwardCoefs };
 enum BackwardCoef { kXMean, kGradMean, kProj, kInvstd, kWeight, kBackwardCoefs };
 
 template <typename T>
-__global__ void stats_finalize_kernel(const acc_t<T>* __restrict__ partial, int64_t splits,
+__global__ void stats_finalize_kernel(const opmath_t<T>* __restrict__ partial, int64_t splits,
                                       const T* __restrict__ x, int64_t channels, int64_t inner, int64_t count,
-                                      double eps, double momentum, const acc_t<T>* __restrict__ w,
-                                      const acc_t<T>* __restrict__ b, acc_t<T>* save_mean,
-                                      acc_t<T>* save_invstd, acc_t<T>* running_mean, acc_t<T>* running_var,
-                                      acc_t<T>* coef) {
-  using A = acc_t<T>;
+                                      double eps, double momentum, const opmath_t<T>* __restrict__ w,
+                                      const opmath_t<T>* __restrict__ b, opmath_t<T>* save_mean,
+                                      opmath_t<T>* save_invstd, opmath_t<T>* running_mean,
+                                      opmath_t<T>* running_var, opmath_t<T>* coef) {
+  using A = opmath_t<T>;
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
@@ -49,7 +49,7 @@ __global__ void stats_finalize_kernel(const acc_t<T>* __restrict__ partial, int6
   const A shifted_mean = s0 / n;
   A var = s1 / n - shifted_mean * shifted_mean;
   var = var > A(0) ? var : A(0);
-  const A mean = load_as_acc(x[c * inner]) + shifted_mean;
+  const A mean = load_as_opmath(x[c * inner]) + shifted_mean;
   const A invstd = A(1) / sqrt(var + static_cast<A>(eps));
   save_mean[c] = mean;
   save_invstd[c] = invstd;
@@ -155,9 +155,9 @@ __device__ __forceinline__ void for_each_vector(int64_t numel, int64_t channels,
 // y = (x - mean) * scale + shift per channel; the fused variants add z and/or apply a ReLU to it.
 template <typename T, int V>
 __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
-                                 int64_t inner, const acc_t<T>* __restrict__ coef, const T* __restrict__ z,
+                                 int64_t inner, const opmath_t<T>* __restrict__ coef, const T* __restrict__ z,
                                  bool relu) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   for_each_vector<A, V, kForwardCoefs>(numel, channels, inner, coef,
                                        [&](int64_t off, const ChannelCoefs<A, V, kForwardCoefs>& k) {
                                          A v[V];
@@ -184,9 +184,9 @@ __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int
 // itself (ops/norm.cpp, fused_backward): each thread reads its elements before it writes them.
 template <typename T, int V>
 __global__ void grad_input_kernel(const T* dy, const T* __restrict__ x, T* dx, int64_t numel,
-                                  int64_t channels, int64_t inner, const acc_t<T>* __restrict__ coef,
+                                  int64_t channels, int64_t inner, const opmath_t<T>* __restrict__ coef,
                                   const T* __restrict__ relu_y, T* dz) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   for_each_vector<A, V, kBackwardCoefs>(
       numel, channels, inner, coef, [&](int64_t off, const ChannelCoefs<A, V, kBackwardCoefs>& k) {
         A gv[V], xv[V];
@@ -211,7 +211,7 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
   const cudaStream_t stream = stream_for(in.x);
   const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = opmath_t<T>;
     const auto* x = static_cast<const T*>(in.x.data_ptr());
     auto* yp = static_cast<T*>(y.data_ptr());
     const auto* zp = ptr<const T>(z);
@@ -239,7 +239,7 @@ void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, dou
   const cudaStream_t stream = stream_for(in.x);
   const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, in.running_mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = opmath_t<T>;
     const auto* x = static_cast<const T*>(in.x.data_ptr());
     auto* yp = static_cast<T*>(y.data_ptr());
     inference_coef_kernel<A><<<blocks_for(b.channels), kBlockSize, 0, stream>>>(
@@ -262,7 +262,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   const cudaStream_t stream = stream_for(x);
   const Tensor coef = Tensor::empty({kBackwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(x.dtype(), "batch_norm_backward", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = opmath_t<T>;
     const auto* xp = static_cast<const T*>(x.data_ptr());
     const auto* dyp = static_cast<const T*>(dy.data_ptr());
     auto* dxp = ptr<T>(grads.dx);

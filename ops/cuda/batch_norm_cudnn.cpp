@@ -34,55 +34,15 @@
 #include <climits>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/handles.h"
+#include "nabla/ops/cuda/cudnn_descriptors.h"
 #include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
 
 namespace nabla::ops::cuda {
 
 namespace {
-
-// Sets the device for a scope: the cuDNN handle belongs to the current device.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int index) {
-    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) NABLA_CUDA_CHECK(cudaSetDevice(index));
-  }
-  ~CurrentDevice() { cudaSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
-class TensorDesc {
- public:
-  TensorDesc() { NABLA_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_)); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  cudnnTensorDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnTensorDescriptor_t desc_ = nullptr;
-};
-
-class ReluDesc {
- public:
-  ReluDesc() {
-    NABLA_CUDNN_CHECK(cudnnCreateActivationDescriptor(&desc_));
-    NABLA_CUDNN_CHECK(cudnnSetActivationDescriptor(desc_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
-  }
-  ~ReluDesc() { cudnnDestroyActivationDescriptor(desc_); }
-  ReluDesc(const ReluDesc&) = delete;
-  ReluDesc& operator=(const ReluDesc&) = delete;
-  cudnnActivationDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnActivationDescriptor_t desc_ = nullptr;
-};
 
 // True when cuDNN ran the call; false when it answered NOT_SUPPORTED (it then ran nothing).
 // Any other failure throws.
@@ -92,19 +52,6 @@ bool ran(cudnnStatus_t status, const char* call, int line) {
   return true;
 }
 #define NABLA_CUDNN_RAN(call) ran((call), #call, __LINE__)
-
-cudnnDataType_t cudnn_type(DType dtype) {
-  switch (dtype) {
-    case kFloat16:
-      return CUDNN_DATA_HALF;
-    case kBFloat16:
-      return CUDNN_DATA_BFLOAT16;
-    case kFloat64:
-      return CUDNN_DATA_DOUBLE;
-    default:
-      return CUDNN_DATA_FLOAT;
-  }
-}
 
 bool is_nhwc(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous();
@@ -141,7 +88,7 @@ struct Blend {
 
 // The descriptors of one call: x (also y, dy, dx, z), always NHWC, and the per-channel tensors.
 struct Descs {
-  TensorDesc x, param;
+  CudnnTensor x, param;
   Descs(const Tensor& t, cudnnBatchNormMode_t mode) {
     NABLA_ASSERT(is_nhwc(t), "cuDNN batch norm takes channels_last inputs only, got {}", describe(t));
     NABLA_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x.get(), CUDNN_TENSOR_NHWC, cudnn_type(t.dtype()),
@@ -175,7 +122,8 @@ std::pair<Tensor, Tensor> affine_params(const BatchNormInputs& in, DType param) 
 // space, or nullopt when cuDNN does not support the configuration.
 std::optional<Tensor> forward_ex(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
                                  const BatchNormStats& stats, double momentum, double eps,
-                                 cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops, const ReluDesc* act) {
+                                 cudnnBatchNormMode_t mode, cudnnBatchNormOps_t ops,
+                                 const ReluDescriptor* act) {
   const Tensor& x = in.x;
   cudnnHandle_t handle = nabla::cuda::cudnn_handle();
   const Descs d(x, mode);
@@ -220,7 +168,7 @@ BatchNormGrads with_all_param_grads(const BatchNormGrads& g, const Tensor& x, co
 // The Ex backward; y, bias and dz only for the fused ops. Returns false when not supported.
 bool backward_ex(const Tensor& dy, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& bias,
                  const BatchNormStats& stats, const Tensor& reserve, double eps, cudnnBatchNormMode_t mode,
-                 cudnnBatchNormOps_t ops, const ReluDesc* act, const BatchNormGrads& g) {
+                 cudnnBatchNormOps_t ops, const ReluDescriptor* act, const BatchNormGrads& g) {
   cudnnHandle_t handle = nabla::cuda::cudnn_handle();
   const Descs d(x, mode);
   const cudnnTensorDescriptor_t y_desc = y.defined() ? d.x.get() : nullptr;
@@ -249,7 +197,7 @@ BatchNormForward batch_norm_forward(const BatchNormInputs& in, const Tensor& y, 
                                     double momentum, double eps) {
   const Tensor& x = in.x;
   if (cudnn_can_take(x, /*training=*/true, eps)) {
-    CurrentDevice device(x.device().index);
+    nabla::cuda::DeviceGuard device(x.device().index);
     // Persistent first where the dtype allows it, then plain spatial.
     for (bool persistent : {x.dtype() != kFloat64, false}) {
       const auto mode = persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
@@ -267,7 +215,7 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
   const Tensor& x = in.x;
   if (x.numel() == 0) return;
   if (cudnn_can_take(x, /*training=*/false, eps)) {
-    CurrentDevice device(x.device().index);
+    nabla::cuda::DeviceGuard device(x.device().index);
     const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
     const auto [w, b] = affine_params(in, in.running_mean.dtype());
     const Blend blend(x.dtype());
@@ -284,7 +232,7 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
                          const BatchNormForward& forward, double eps, const BatchNormGrads& grads) {
   if (forward.impl != BatchNormImpl::Kernel) {
-    CurrentDevice device(x.device().index);
+    nabla::cuda::DeviceGuard device(x.device().index);
     const BatchNormGrads g = with_all_param_grads(grads, x, stats);
     const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
     const auto mode = forward.persistent ? CUDNN_BATCHNORM_SPATIAL_PERSISTENT : CUDNN_BATCHNORM_SPATIAL;
@@ -306,8 +254,8 @@ std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& 
     return BatchNormForward{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
   }
   if (x.size(0) > 880801 || x.numel() >= INT_MAX || eps < CUDNN_BN_MIN_EPSILON) return std::nullopt;
-  CurrentDevice device(x.device().index);
-  const ReluDesc relu;
+  nabla::cuda::DeviceGuard device(x.device().index);
+  const ReluDescriptor relu;
   const auto ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   std::optional<Tensor> reserve =
       forward_ex(in, z, y, stats, momentum, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &relu);
@@ -321,8 +269,8 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, d
     batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
     return;
   }
-  CurrentDevice device(s.x.device().index);
-  const ReluDesc relu;
+  nabla::cuda::DeviceGuard device(s.x.device().index);
+  const ReluDescriptor relu;
   const auto ops = s.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   if (backward_ex(dy, s.x, s.y, s.weight, s.bias, s.stats, s.reserve, eps, CUDNN_BATCHNORM_SPATIAL_PERSISTENT,
                   ops, &relu, grads)) {

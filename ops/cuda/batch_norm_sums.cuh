@@ -20,10 +20,10 @@ constexpr int kSumThreads = 256;  // threads of every partial-sum block
 
 template <typename T>
 struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the channel's first x
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   const T* x;
   int64_t inner;
-  __device__ A prepare(int64_t c) const { return load_as_acc(x[c * inner]); }
+  __device__ A prepare(int64_t c) const { return load_as_opmath(x[c * inner]); }
   template <int V>
   __device__ void add(int64_t off, A k, A& s0, A& s1) const {
     A v[V];
@@ -50,7 +50,7 @@ struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the c
 
 template <typename T>
 struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused ReLU's output
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   const T* dy;
   const T* x;
   const T* relu_y;  // null: no ReLU
@@ -103,8 +103,8 @@ __device__ void block_sum(A (&v)[K]) {
 template <typename T, int V, typename Terms>
 __global__ void __launch_bounds__(kSumThreads)
     plane_sums_kernel(Terms terms, int64_t outer, int64_t channels, int64_t inner, int64_t chunk,
-                      acc_t<T>* __restrict__ partial) {
-  using A = acc_t<T>;
+                      opmath_t<T>* __restrict__ partial) {
+  using A = opmath_t<T>;
   const int64_t c = blockIdx.x, split = blockIdx.y;
   const int64_t row_units = inner / V, units = outer * row_units;
   const int64_t end = std::min(units, (split + 1) * chunk);
@@ -147,8 +147,8 @@ inline RowTiles row_tiles(int64_t channels, int vec) {
 template <typename T, int V, typename Terms>
 __global__ void __launch_bounds__(kSumThreads)
     row_sums_kernel(Terms terms, int64_t rows, int64_t channels, int lanes, int tile_rows, int64_t chunk,
-                    acc_t<T>* __restrict__ partial) {
-  using A = acc_t<T>;
+                    opmath_t<T>* __restrict__ partial) {
+  using A = opmath_t<T>;
   __shared__ A sums[2][V][kSumThreads];  // [term][j][row * lanes + lane]
   const int lane = threadIdx.x % lanes, row = threadIdx.x / lanes;
   const int64_t c0 = (int64_t{blockIdx.x} * lanes + lane) * V, split = blockIdx.y;
@@ -185,7 +185,7 @@ __global__ void __launch_bounds__(kSumThreads)
 template <typename T, typename Terms>
 Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const Tensor& like,
                     cudaStream_t stream, int64_t* splits_out) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   const int64_t target_blocks = 8 * int64_t{sm_count(like.device().index)};
   const bool rows_layout = b.inner == 1;  // channels_last
   const RowTiles tiles = rows_layout ? row_tiles(b.channels, vec) : RowTiles{};

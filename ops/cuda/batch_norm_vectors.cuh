@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <initializer_list>
 
-#include "nabla/ops/channel_blocks.h"
 #include "nabla/ops/cuda/common.cuh"
+#include "nabla/ops/detail/channel_blocks.h"
 
 namespace nabla::ops::cuda::batch_norm_detail {
 
@@ -18,14 +18,14 @@ struct alignas(sizeof(T) * V) Vec {
 };
 
 template <typename T, int V>
-__device__ __forceinline__ void load_vec(const T* p, acc_t<T> (&out)[V]) {
+__device__ __forceinline__ void load_vec(const T* p, opmath_t<T> (&out)[V]) {
   const Vec<T, V> in = *reinterpret_cast<const Vec<T, V>*>(p);
 #pragma unroll
-  for (int j = 0; j < V; ++j) out[j] = load_as_acc(in.v[j]);
+  for (int j = 0; j < V; ++j) out[j] = load_as_opmath(in.v[j]);
 }
 
 template <typename T, int V>
-__device__ __forceinline__ void store_vec(T* p, const acc_t<T> (&in)[V]) {
+__device__ __forceinline__ void store_vec(T* p, const opmath_t<T> (&in)[V]) {
   Vec<T, V> out;
 #pragma unroll
   for (int j = 0; j < V; ++j) out.v[j] = store_from<T>(in[j]);
@@ -72,13 +72,13 @@ void with_width(int v, Fn&& fn) {
 
 // dy through a ReLU whose output was y (zero where y <= 0); dy itself without one.
 template <typename T, int V>
-__device__ __forceinline__ void load_grad(const T* dy, const T* relu_y, int64_t off, acc_t<T> (&g)[V]) {
+__device__ __forceinline__ void load_grad(const T* dy, const T* relu_y, int64_t off, opmath_t<T> (&g)[V]) {
   load_vec<T, V>(dy + off, g);
   if (!relu_y) return;
-  acc_t<T> y[V];
+  opmath_t<T> y[V];
   load_vec<T, V>(relu_y + off, y);
 #pragma unroll
-  for (int j = 0; j < V; ++j) g[j] = y[j] > acc_t<T>(0) ? g[j] : acc_t<T>(0);
+  for (int j = 0; j < V; ++j) g[j] = y[j] > opmath_t<T>(0) ? g[j] : opmath_t<T>(0);
 }
 
 }  // namespace nabla::ops::cuda::batch_norm_detail

@@ -19,40 +19,45 @@
 
 namespace nabla::ops::cuda {
 
-// The device type for a host storage type.
+// The CUDA type that stores a nabla dtype's elements: __half for Half, __nv_bfloat16 for
+// BFloat16, the type itself otherwise.
 template <typename T>
-struct DeviceType {
+struct CudaScalar {
   using type = T;
 };
 template <>
-struct DeviceType<Half> {
+struct CudaScalar<Half> {
   using type = __half;
 };
 template <>
-struct DeviceType<BFloat16> {
+struct CudaScalar<BFloat16> {
   using type = __nv_bfloat16;
 };
 template <typename T>
-using device_t = typename DeviceType<T>::type;
+using cuda_scalar_t = typename CudaScalar<T>::type;
 
-// The arithmetic type for a device storage type.
+// The type arithmetic on a stored CUDA type runs in (PyTorch calls it opmath): float for __half and
+// __nv_bfloat16, which are loaded, computed in float and rounded once on store; the type itself
+// otherwise, so float32 math runs in float and float64 in double. nabla::compute_t (core/dtype.h)
+// is the host's counterpart. Reductions accumulate in it too, so a float32 sum on the GPU adds in
+// float, where the CPU adds in double (reduce_acc_t in ops/cpu/reduce.cpp).
 template <typename T>
-struct AccType {
+struct OpMathType {
   using type = T;
 };
 template <>
-struct AccType<__half> {
+struct OpMathType<__half> {
   using type = float;
 };
 template <>
-struct AccType<__nv_bfloat16> {
+struct OpMathType<__nv_bfloat16> {
   using type = float;
 };
 template <typename T>
-using acc_t = typename AccType<T>::type;
+using opmath_t = typename OpMathType<T>::type;
 
 template <typename T>
-__device__ __forceinline__ acc_t<T> load_as_acc(T v) {
+__device__ __forceinline__ opmath_t<T> load_as_opmath(T v) {
   if constexpr (std::is_same_v<T, __half>) {
     return __half2float(v);
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
@@ -76,7 +81,7 @@ __device__ __forceinline__ T store_from(A v) {
 // Calls fn.template operator()<DeviceT>() for `dtype`, filtered like nabla::dispatch.
 template <TypeSet Set = TypeSet::All, typename Fn>
 void dispatch_device(DType dtype, const char* op, Fn&& fn) {
-  nabla::dispatch<Set>(dtype, op, [&]<typename T>() { fn.template operator()<device_t<T>>(); });
+  nabla::dispatch<Set>(dtype, op, [&]<typename T>() { fn.template operator()<cuda_scalar_t<T>>(); });
 }
 
 inline constexpr int kBlockSize = 256;

@@ -46,11 +46,12 @@
 #include <unordered_map>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/logging.h"
-#include "nabla/ops/cuda/conv_descriptors.h"
 #include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/cudnn_descriptors.h"
 #include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/cuda/linalg_kernels.h"
 
@@ -354,21 +355,6 @@ void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op
 
 // ---- problem setup ------------------------------------------------------------------------------
 
-// Sets the device for a scope: the cuDNN handle and the workspace belong to the current device.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int index) {
-    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) NABLA_CUDA_CHECK(cudaSetDevice(index));
-  }
-  ~CurrentDevice() { cudaSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
-
 // NHWC when any operand is not plain NCHW (the front end makes them one or the other). An
 // operand can be both (one channel, or a 1x1 kernel), so no single one decides: a one-channel
 // input of a channels_last stem is NCHW-contiguous too, while its output is NHWC.
@@ -419,7 +405,7 @@ Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const Co
 template <Direction D>
 void run_direction(const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
                    const ConvParams& params, const CudnnSettings& s) {
-  CurrentDevice device(x.device().index);
+  nabla::cuda::DeviceGuard device(x.device().index);
   const bool nhwc = check_layouts(op, x, w, y);
   Problem p = make_problem(x, w, y, params, s, nhwc);
   convolve<D>(p, make_key(D, x, w, p, params, s, nhwc), s, op);

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "nabla/ops/cuda/common.cuh"
-#include "nabla/ops/iteration.h"
+#include "nabla/ops/detail/iteration.h"
 
 namespace nabla::ops::cuda {
 
@@ -110,7 +110,7 @@ struct ElementwisePlan {
 };
 
 // operands[0] is the output; the others broadcast to its shape. The host-side planning is
-// shared with the CPU (ops/iteration.h); the device walks dims innermost first, so reverse it.
+// shared with the CPU (ops/detail/iteration.h); the device walks dims innermost first, so reverse it.
 template <int N>
 ElementwisePlan<N> make_plan(const std::array<const Tensor*, N>& operands) {
   IterationPlan<N> shared = plan_iteration<N>(operands);

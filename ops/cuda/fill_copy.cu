@@ -25,11 +25,11 @@ struct Identity {
 template <typename Out, typename In>
 struct Cast {
   __device__ __forceinline__ Out operator()(In raw) const {
-    auto v = load_as_acc(raw);
+    auto v = load_as_opmath(raw);
     if constexpr (std::is_same_v<Out, bool>) {
       return v != decltype(v)(0);
     } else {
-      return store_from<Out>(static_cast<acc_t<Out>>(v));
+      return store_from<Out>(static_cast<opmath_t<Out>>(v));
     }
   }
 };
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kBlockSize)
   const int64_t grid = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += grid) {
     double v = __dadd_rn(start, __dmul_rn(step, static_cast<double>(i)));
-    out[i * stride] = store_from<T>(static_cast<acc_t<T>>(v));
+    out[i * stride] = store_from<T>(static_cast<opmath_t<T>>(v));
   }
 }
 

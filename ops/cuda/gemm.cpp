@@ -28,11 +28,12 @@
 
 #include "nabla/core/cuda/check.h"
 #include "nabla/core/cuda/cublas_library.h"
+#include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/cuda/linalg_kernels.h"
-#include "nabla/ops/matrix_layout.h"
+#include "nabla/ops/detail/matrix_layout.h"
 
 namespace nabla::ops::cuda {
 
@@ -40,21 +41,6 @@ namespace {
 
 // cuBLASLt is opened on first use, not linked (core/cuda/cublas_library.h says why).
 using nabla::cuda::cublaslt_api;
-
-// Sets the device for a scope: handles and workspaces belong to the current device.
-class CurrentDevice {
- public:
-  explicit CurrentDevice(int index) {
-    NABLA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != index) NABLA_CUDA_CHECK(cudaSetDevice(index));
-  }
-  ~CurrentDevice() { cudaSetDevice(previous_); }
-  CurrentDevice(const CurrentDevice&) = delete;
-  CurrentDevice& operator=(const CurrentDevice&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 // ---- RAII for the cuBLASLt descriptors -----------------------------------------------------
 
@@ -329,7 +315,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
   const MatrixLayout la = layout_of(a), lb = layout_of(b);
   NABLA_ASSERT(la.ok && lb.ok, "gemm: operands must be plain or transposed matrices");
   const int device = out.device().index;
-  CurrentDevice current(device);
+  nabla::cuda::DeviceGuard current(device);
   const cudaStream_t stream = static_cast<cudaStream_t>(nabla::cuda::current_stream(device).handle());
 
   const DType dtype = out.dtype();

@@ -46,21 +46,21 @@ __device__ __forceinline__ A inverse_sqrt(A v) {
 template <typename T>
 __global__ void __launch_bounds__(512)
     forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                   T* __restrict__ y, acc_t<T>* mean_out, acc_t<T>* rstd_out, int64_t rows, int64_t D,
+                   T* __restrict__ y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, int64_t rows, int64_t D,
                    double eps) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   const int64_t row = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   const bool active = row < rows;
   const T* xr = x + row * D;
   A sum = A(0);
   if (active) {
-    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += load_as_acc(xr[j]);
+    for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += load_as_opmath(xr[j]);
   }
   const A mean = row_sum(sum) / static_cast<A>(D);
   A squares = A(0);
   if (active) {
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      const A d = load_as_acc(xr[j]) - mean;
+      const A d = load_as_opmath(xr[j]) - mean;
       squares += d * d;
     }
   }
@@ -72,9 +72,9 @@ __global__ void __launch_bounds__(512)
   }
   T* yr = y + row * D;
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-    A v = (load_as_acc(xr[j]) - mean) * rstd;
-    if (w) v *= load_as_acc(w[j]);
-    if (b) v += load_as_acc(b[j]);
+    A v = (load_as_opmath(xr[j]) - mean) * rstd;
+    if (w) v *= load_as_opmath(w[j]);
+    if (b) v += load_as_opmath(b[j]);
     yr[j] = store_from<T>(v);
   }
 }
@@ -83,9 +83,9 @@ __global__ void __launch_bounds__(512)
 template <typename T>
 __global__ void __launch_bounds__(512)
     grad_input_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
-                      const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
+                      const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
                       T* __restrict__ dx, int64_t rows, int64_t D) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   const int64_t row = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   const bool active = row < rows;
   const A m = active ? mean[row] : A(0), s = active ? rstd[row] : A(0);
@@ -94,9 +94,9 @@ __global__ void __launch_bounds__(512)
   A sum_g = A(0), sum_gx = A(0);
   if (active) {
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-      const A g = load_as_acc(gr[j]) * (w ? load_as_acc(w[j]) : A(1));
+      const A g = load_as_opmath(gr[j]) * (w ? load_as_opmath(w[j]) : A(1));
       sum_g += g;
-      sum_gx += g * (load_as_acc(xr[j]) - m) * s;
+      sum_gx += g * (load_as_opmath(xr[j]) - m) * s;
     }
   }
   const A g_mean = row_sum(sum_g) / static_cast<A>(D);
@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(512)
   if (!active) return;
   T* dxr = dx + row * D;
   for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
-    const A g = load_as_acc(gr[j]) * (w ? load_as_acc(w[j]) : A(1));
-    const A xhat = (load_as_acc(xr[j]) - m) * s;
+    const A g = load_as_opmath(gr[j]) * (w ? load_as_opmath(w[j]) : A(1));
+    const A xhat = (load_as_opmath(xr[j]) - m) * s;
     dxr[j] = store_from<T>(s * (g - g_mean - xhat * gx_mean));
   }
 }
@@ -114,17 +114,18 @@ __global__ void __launch_bounds__(512)
 // stepping by parts * kRowLanes, into partial[p][j] (sum dy * xhat) and partial[parts + p][j] (sum dy).
 template <typename T>
 __global__ void param_partials_kernel(const T* __restrict__ dy, const T* __restrict__ x,
-                                      const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ rstd,
-                                      acc_t<T>* __restrict__ partial, int64_t rows, int64_t D) {
-  using A = acc_t<T>;
+                                      const opmath_t<T>* __restrict__ mean,
+                                      const opmath_t<T>* __restrict__ rstd, opmath_t<T>* __restrict__ partial,
+                                      int64_t rows, int64_t D) {
+  using A = opmath_t<T>;
   __shared__ A shared_w[kRowLanes][kColumns + 1], shared_b[kRowLanes][kColumns + 1];
   const int64_t j = int64_t{blockIdx.x} * kColumns + threadIdx.x;
   const int64_t parts = gridDim.y;
   A acc_w = A(0), acc_b = A(0);
   if (j < D) {
     for (int64_t r = int64_t{blockIdx.y} * kRowLanes + threadIdx.y; r < rows; r += parts * kRowLanes) {
-      const A g = load_as_acc(dy[r * D + j]);
-      acc_w += g * (load_as_acc(x[r * D + j]) - mean[r]) * rstd[r];
+      const A g = load_as_opmath(dy[r * D + j]);
+      acc_w += g * (load_as_opmath(x[r * D + j]) - mean[r]) * rstd[r];
       acc_b += g;
     }
   }
@@ -141,9 +142,9 @@ __global__ void param_partials_kernel(const T* __restrict__ dy, const T* __restr
 }
 
 template <typename T>
-__global__ void param_sum_kernel(const acc_t<T>* __restrict__ partial, int64_t parts, int64_t D, T* dweight,
-                                 T* dbias) {
-  using A = acc_t<T>;
+__global__ void param_sum_kernel(const opmath_t<T>* __restrict__ partial, int64_t parts, int64_t D,
+                                 T* dweight, T* dbias) {
+  using A = opmath_t<T>;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < D;
        j += int64_t{gridDim.x} * blockDim.x) {
     A w = A(0), b = A(0);
@@ -183,7 +184,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   if (rows == 0 || D == 0) return;
   const dim3 block = row_block(D);
   dispatch_device<TypeSet::Floating>(x.dtype(), "layer_norm", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = opmath_t<T>;
     forward_kernel<T><<<row_grid(rows, block), block, 0, stream_for(x)>>>(
         ptr<const T>(x), ptr<const T>(weight), ptr<const T>(bias), ptr<T>(y), ptr<A>(mean), ptr<A>(rstd),
         rows, D, eps);
@@ -197,7 +198,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
   if (D == 0) return;
   const cudaStream_t stream = stream_for(x);
   dispatch_device<TypeSet::Floating>(x.dtype(), "layer_norm_backward", [&]<typename T>() {
-    using A = acc_t<T>;
+    using A = opmath_t<T>;
     if (dx.defined() && rows > 0) {
       const dim3 block = row_block(D);
       grad_input_kernel<T><<<row_grid(rows, block), block, 0, stream>>>(

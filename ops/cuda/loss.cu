@@ -19,12 +19,13 @@ template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
     nll_forward_kernel(const T* __restrict__ logp, const int64_t* __restrict__ target, T* __restrict__ out,
                        int64_t total, int64_t C, int64_t S, int64_t ignore_index) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = target[i];
     A v = A(0);
-    if (t != ignore_index) v = (t >= 0 && t < C) ? -load_as_acc(logp[((i / S) * C + t) * S + i % S]) : A(NAN);
+    if (t != ignore_index)
+      v = (t >= 0 && t < C) ? -load_as_opmath(logp[((i / S) * C + t) * S + i % S]) : A(NAN);
     out[i] = store_from<T>(v);
   }
 }
@@ -34,12 +35,12 @@ __global__ void __launch_bounds__(kBlockSize)
     nll_backward_kernel(const T* __restrict__ grad, const int64_t* __restrict__ target,
                         T* __restrict__ grad_logp, int64_t total, int64_t C, int64_t S,
                         int64_t ignore_index) {
-  using A = acc_t<T>;
+  using A = opmath_t<T>;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t s = e % S, c = (e / S) % C, n = e / (S * C);
     const int64_t t = target[n * S + s];
-    grad_logp[e] = store_from<T>(t == c && t != ignore_index ? -load_as_acc(grad[n * S + s]) : A(0));
+    grad_logp[e] = store_from<T>(t == c && t != ignore_index ? -load_as_opmath(grad[n * S + s]) : A(0));
   }
 }
 

@@ -4,7 +4,7 @@
 // gather the gradients of the windows that cover each element (pool_window.h), so backward needs
 // no atomics and no zero-fill and gives the same sums on every run. A thread's linear position
 // follows the tensors' memory order (NCHW or NHWC), so consecutive threads write consecutive
-// addresses; NHWC tensors are read in place, with C fastest. Sums run in acc_t (float for the
+// addresses; NHWC tensors are read in place, with C fastest. Sums run in opmath_t (float for the
 // 16-bit types) and round once on store.
 #include <cmath>
 
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kBlockSize)
     max_forward_kernel(const T* __restrict__ x, T* __restrict__ out, int64_t* __restrict__ indices,
                        Space<Index> space, Index total, Strides4 xs, Strides4 os, Strides4 is,
                        PoolGeometryT<I> g) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   NABLA_POOL_LOOP(e, total) {
     Index n, group;
     I oh, ow;
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kBlockSize)
 #pragma unroll
         for (int k = 0; k < kMaxGroup; ++k) {
           if (k >= space.group) break;
-          const C v = load_as_acc(tap[k * xs.c]);
+          const C v = load_as_opmath(tap[k * xs.c]);
           if (best_index[k] < 0 || v > best[k] || (isnan(v) && !isnan(best[k]))) {
             best[k] = v;
             best_index[k] = where;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kBlockSize)
     max_backward_kernel(const T* __restrict__ grad, const int64_t* __restrict__ indices,
                         T* __restrict__ grad_input, Space<Index> space, Index total, Strides4 gs, Strides4 is,
                         Strides4 gis, PoolGeometryT<I> g) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   NABLA_POOL_LOOP(e, total) {
     Index n, group;
     I ih, iw;
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kBlockSize)
 #pragma unroll
         for (int k = 0; k < kMaxGroup; ++k) {
           if (k >= space.group) break;
-          if (ix[k * is.c] == self) sum[k] += load_as_acc(gr[k * gs.c]);
+          if (ix[k * is.c] == self) sum[k] += load_as_opmath(gr[k * gs.c]);
         }
       }
     }
@@ -175,7 +175,7 @@ template <typename T, typename Index, typename I>
 __global__ void __launch_bounds__(kBlockSize)
     avg_forward_kernel(const T* __restrict__ x, T* __restrict__ out, Space<Index> space, Index total,
                        Strides4 xs, Strides4 os, PoolGeometryT<I> g) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   NABLA_POOL_LOOP(e, total) {
     Index n, c;
     I oh, ow;
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kBlockSize)
     const SpanT<I> hs = avg_span(g, oh, true), ws = avg_span(g, ow, false);
     C sum = C(0);
     for (I ih = hs.begin; ih < hs.end; ++ih) {
-      for (I iw = ws.begin; iw < ws.end; ++iw) sum += load_as_acc(plane[offset_in_plane(xs, ih, iw)]);
+      for (I iw = ws.begin; iw < ws.end; ++iw) sum += load_as_opmath(plane[offset_in_plane(xs, ih, iw)]);
     }
     out[os.at(n, c, oh, ow)] = store_from<T>(sum / static_cast<C>(avg_divisor(g, oh, ow)));
   }
@@ -194,7 +194,7 @@ template <typename T, typename Index, typename I>
 __global__ void __launch_bounds__(kBlockSize)
     avg_backward_kernel(const T* __restrict__ grad, T* __restrict__ grad_input, Space<Index> space,
                         Index total, Strides4 gs, Strides4 gis, PoolGeometryT<I> g) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   NABLA_POOL_LOOP(e, total) {
     Index n, c;
     I ih, iw;
@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kBlockSize)
       for (I ow = ws.begin; ow < ws.end; ++ow) {
         const SpanT<I> cols = avg_span(g, ow, false);
         if (iw < cols.begin || iw >= cols.end) continue;
-        sum += load_as_acc(grad_plane[offset_in_plane(gs, oh, ow)]) / static_cast<C>(avg_divisor(g, oh, ow));
+        sum +=
+            load_as_opmath(grad_plane[offset_in_plane(gs, oh, ow)]) / static_cast<C>(avg_divisor(g, oh, ow));
       }
     }
     grad_input[gis.at(n, c, ih, iw)] = store_from<T>(sum);

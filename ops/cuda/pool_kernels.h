@@ -5,7 +5,7 @@
 #pragma once
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/pool_window.h"
+#include "nabla/ops/detail/pool_window.h"
 
 namespace nabla::ops::cuda {
 

@@ -81,10 +81,10 @@ __global__ void __launch_bounds__(kBlockSize)
       double radius = ::sqrt(__dmul_rn(-2.0, ::log(u1)));
       double angle = __dmul_rn(2.0 * kPi, u2);
       double z0 = __dmul_rn(radius, ::cos(angle));
-      out[i] = store_from<T>(static_cast<acc_t<T>>(__dadd_rn(mean, __dmul_rn(stddev, z0))));
+      out[i] = store_from<T>(static_cast<opmath_t<T>>(__dadd_rn(mean, __dmul_rn(stddev, z0))));
       if (i + 1 < n) {
         double z1 = __dmul_rn(radius, ::sin(angle));
-        out[i + 1] = store_from<T>(static_cast<acc_t<T>>(__dadd_rn(mean, __dmul_rn(stddev, z1))));
+        out[i + 1] = store_from<T>(static_cast<opmath_t<T>>(__dadd_rn(mean, __dmul_rn(stddev, z1))));
       }
     }
   });
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kBlockSize)
       if (i < n) {
         uint64_t bits = (static_cast<uint64_t>(r.v[2 * e]) << 32) | r.v[2 * e + 1];
         uint64_t v = __umul64hi(bits, range);
-        out[i] = store_from<T>(static_cast<acc_t<T>>(low + static_cast<int64_t>(v)));
+        out[i] = store_from<T>(static_cast<opmath_t<T>>(low + static_cast<int64_t>(v)));
       }
     }
   });
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kBlockSize) bernoulli_kernel(T* out, int64_t n
         if constexpr (std::is_same_v<T, bool>) {
           out[i] = hit;
         } else {
-          out[i] = store_from<T>(static_cast<acc_t<T>>(hit ? 1 : 0));
+          out[i] = store_from<T>(static_cast<opmath_t<T>>(hit ? 1 : 0));
         }
       }
     }

@@ -20,7 +20,7 @@ __device__ __forceinline__ bool is_nan(C v) {
 template <typename T, bool IsMax, bool WithIndex>
 struct ExtremeOp {
   using In = T;
-  using C = acc_t<T>;  // float for float16/bfloat16; the type itself otherwise
+  using C = opmath_t<T>;  // float for float16/bfloat16; the type itself otherwise
   struct Acc {
     C value;
     int64_t index;  // -1: nothing seen yet
@@ -35,7 +35,7 @@ struct ExtremeOp {
   }
   __device__ Acc init() const { return {C(), -1}; }
   __device__ void update(Acc& a, T v, int64_t r) const {
-    const C x = load_as_acc(v);
+    const C x = load_as_opmath(v);
     if (a.index < 0 || better(x, a.value)) a = {x, r};
   }
   __device__ Acc combine(const Acc& a, const Acc& b) const {

@@ -10,7 +10,8 @@
 //     void write(int64_t k, Acc) const;          // stores output k of the dense (O, I) result
 //   };
 //
-// The input is the (A, O, B, I) block of Note [CUDA reduction layout]. Two kernels cover it:
+// The input is the (A, O, B, I) block of Note [Reduction layout] (ops/detail/reduce_layout.h). Two kernels
+// cover it:
 //  - rows (I == 1): lanes along x fold one output's elements, which are contiguous along B;
 //    a warp (or a sub-warp for short rows) per output, or a 256/512-thread block per output for
 //    long rows. Partial results meet through warp shuffles.

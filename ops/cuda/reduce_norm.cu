@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "nabla/ops/cuda/reduce_launch.cuh"
+#include "nabla/ops/detail/elementwise_formulas.h"
 
 namespace nabla::ops::cuda {
 
@@ -11,49 +12,22 @@ namespace {
 
 enum class NormKind { Zero, One, Two, Inf, NegInf, General };
 
-template <typename C>
-__device__ __forceinline__ C abs_of(C v) {
-  if constexpr (std::is_same_v<C, float>) {
-    return fabsf(v);
-  } else {
-    return fabs(v);
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ C pow_of(C v, C p) {
-  if constexpr (std::is_same_v<C, float>) {
-    return powf(v, p);
-  } else {
-    return pow(v, p);
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ C sqrt_of(C v) {
-  if constexpr (std::is_same_v<C, float>) {
-    return sqrtf(v);
-  } else {
-    return sqrt(v);
-  }
-}
-
 template <typename T, NormKind K>
 struct NormOp {
   using In = T;
-  using Acc = acc_t<T>;
+  using Acc = opmath_t<T>;
   T* out;
   Acc p;
 
   __device__ Acc init() const { return K == NormKind::NegInf ? Acc(INFINITY) : Acc(0); }
   __device__ void update(Acc& a, T x, int64_t) const {
-    const Acc v = abs_of(load_as_acc(x));
+    const Acc v = formula::abs(load_as_opmath(x));
     if constexpr (K == NormKind::Zero) a += v != Acc(0);  // NaN counts as non-zero
     if constexpr (K == NormKind::One) a += v;
     if constexpr (K == NormKind::Two) a += v * v;
     if constexpr (K == NormKind::Inf) a = (v > a || v != v) ? v : a;
     if constexpr (K == NormKind::NegInf) a = (v < a || v != v) ? v : a;
-    if constexpr (K == NormKind::General) a += pow_of(v, p);
+    if constexpr (K == NormKind::General) a += formula::pow(v, p);
   }
   __device__ Acc combine(Acc a, Acc b) const {
     if constexpr (K == NormKind::Inf) return (b > a || b != b) ? b : a;
@@ -61,15 +35,15 @@ struct NormOp {
     return a + b;
   }
   __device__ void write(int64_t k, Acc a) const {
-    if constexpr (K == NormKind::Two) a = sqrt_of(a);
-    if constexpr (K == NormKind::General) a = pow_of(a, Acc(1) / p);
+    if constexpr (K == NormKind::Two) a = formula::sqrt(a);
+    if constexpr (K == NormKind::General) a = formula::pow(a, Acc(1) / p);
     out[k] = store_from<T>(a);
   }
 };
 
 template <typename T>
 void launch_norm(const ReduceLayout& layout, T* out, double p) {
-  using Acc = acc_t<T>;
+  using Acc = opmath_t<T>;
   const Acc pa = static_cast<Acc>(p);
   if (p == 0) return reduction::launch(NormOp<T, NormKind::Zero>{out, pa}, layout);
   if (p == 1) return reduction::launch(NormOp<T, NormKind::One>{out, pa}, layout);

@@ -11,7 +11,7 @@ namespace nabla::ops::cuda {
 namespace {
 
 template <typename T>
-using sum_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, acc_t<T>>;
+using sum_acc_t = std::conditional_t<std::is_integral_v<T>, int64_t, opmath_t<T>>;
 
 template <typename T, typename Out>
 struct SumOp {
@@ -21,7 +21,7 @@ struct SumOp {
   Acc divisor;  // 1 for a sum, R for a mean
 
   __device__ Acc init() const { return Acc(0); }
-  __device__ void update(Acc& a, T v, int64_t) const { a += static_cast<Acc>(load_as_acc(v)); }
+  __device__ void update(Acc& a, T v, int64_t) const { a += static_cast<Acc>(load_as_opmath(v)); }
   __device__ Acc combine(Acc a, Acc b) const { return a + b; }
   __device__ void write(int64_t k, Acc a) const {
     if constexpr (std::is_integral_v<Acc>) {
@@ -35,7 +35,7 @@ struct SumOp {
 template <typename T>
 struct VarOp {
   using In = T;
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   struct Acc {
     C mean;
     C m2;
@@ -46,7 +46,7 @@ struct VarOp {
 
   __device__ Acc init() const { return {C(0), C(0), 0}; }
   __device__ void update(Acc& a, T v, int64_t) const {
-    const C x = load_as_acc(v);
+    const C x = load_as_opmath(v);
     a.n += 1;
     const C d = x - a.mean;
     a.mean += d / static_cast<C>(a.n);

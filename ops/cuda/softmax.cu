@@ -1,6 +1,6 @@
 // CUDA softmax and log_softmax along one dim.
 //
-// The input is read in place as the dense (O, R, I) block of Note [CUDA reduction layout]
+// The input is read in place as the dense (O, R, I) block of Note [Reduction layout]
 // (reduce_layout.h). Each line of R elements needs its max and its sum of exp(x - max); both
 // come from one read with the online update (a running max, and a sum rescaled whenever the max
 // grows), then a second read writes the outputs. Two ways to run it:
@@ -16,28 +16,11 @@
 #include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_launch.cuh"
+#include "nabla/ops/detail/elementwise_formulas.h"
 
 namespace nabla::ops::cuda {
 
 namespace {
-
-template <typename C>
-__device__ __forceinline__ C exp_of(C v) {
-  if constexpr (std::is_same_v<C, float>) {
-    return expf(v);
-  } else {
-    return exp(v);
-  }
-}
-
-template <typename C>
-__device__ __forceinline__ C log_of(C v) {
-  if constexpr (std::is_same_v<C, float>) {
-    return logf(v);
-  } else {
-    return log(v);
-  }
-}
 
 // The running max and the sum of exp(x - max) of the values seen so far.
 template <typename C>
@@ -54,10 +37,10 @@ __device__ __forceinline__ MaxSum<C> empty_max_sum() {
 template <typename C>
 __device__ __forceinline__ void add_value(MaxSum<C>& a, C v) {
   if (v > a.max) {
-    a.sum = a.sum * exp_of(a.max - v) + C(1);  // exp(-inf) = 0 for the first value
+    a.sum = a.sum * formula::exp(a.max - v) + C(1);  // exp(-inf) = 0 for the first value
     a.max = v;
   } else if (v != C(-INFINITY)) {  // -inf adds nothing (and -inf - -inf would be NaN); NaN poisons the sum
-    a.sum += exp_of(v - a.max);
+    a.sum += formula::exp(v - a.max);
   }
 }
 
@@ -65,8 +48,8 @@ template <typename C>
 __device__ __forceinline__ MaxSum<C> merge(const MaxSum<C>& a, const MaxSum<C>& b) {
   const C m = b.max > a.max ? b.max : a.max;
   // A zero sum has seen nothing (or only -inf) and may carry max = -inf: it adds nothing.
-  const C sa = a.sum == C(0) ? C(0) : a.sum * exp_of(a.max - m);
-  const C sb = b.sum == C(0) ? C(0) : b.sum * exp_of(b.max - m);
+  const C sa = a.sum == C(0) ? C(0) : a.sum * formula::exp(a.max - m);
+  const C sb = b.sum == C(0) ? C(0) : b.sum * formula::exp(b.max - m);
   return {m, sa + sb};
 }
 
@@ -78,18 +61,18 @@ __device__ __forceinline__ MaxSum<C> shfl_xor(MaxSum<C> v, int mask) {
 // Writes the outputs of one line: exp(x - max) / sum, or x - (max + log(sum)).
 template <typename T>
 __device__ __forceinline__ void write_line(const T* __restrict__ x, T* __restrict__ y, int64_t first,
-                                           int64_t end, int64_t step, int64_t stride, MaxSum<acc_t<T>> total,
-                                           bool log) {
-  using C = acc_t<T>;
+                                           int64_t end, int64_t step, int64_t stride,
+                                           MaxSum<opmath_t<T>> total, bool log) {
+  using C = opmath_t<T>;
   if (total.max == C(INFINITY)) total.sum = C(NAN);  // the CPU's exp(inf - inf): the line is NaN
   if (log) {
-    const C lse = total.max + log_of(total.sum);
+    const C lse = total.max + formula::log(total.sum);
     for (int64_t r = first; r < end; r += step)
-      y[r * stride] = store_from<T>(load_as_acc(x[r * stride]) - lse);
+      y[r * stride] = store_from<T>(load_as_opmath(x[r * stride]) - lse);
   } else {
     const C inv = C(1) / total.sum;
     for (int64_t r = first; r < end; r += step) {
-      y[r * stride] = store_from<T>(exp_of(load_as_acc(x[r * stride]) - total.max) * inv);
+      y[r * stride] = store_from<T>(formula::exp(load_as_opmath(x[r * stride]) - total.max) * inv);
     }
   }
 }
@@ -99,13 +82,13 @@ __device__ __forceinline__ void write_line(const T* __restrict__ x, T* __restric
 template <typename T>
 __global__ void __launch_bounds__(512)
     softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t lines, int64_t R, bool log) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   const int64_t line = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   const bool active = line < lines;
   const T* xl = x + line * R;
   MaxSum<C> acc = empty_max_sum<C>();
   if (active) {
-    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) add_value(acc, load_as_acc(xl[r]));
+    for (int64_t r = threadIdx.x; r < R; r += blockDim.x) add_value(acc, load_as_opmath(xl[r]));
   }
   // A butterfly leaves every lane of the group with the line's total.
   for (unsigned mask = min(blockDim.x, 32u) / 2; mask > 0; mask /= 2) acc = merge(acc, shfl_xor(acc, mask));
@@ -125,38 +108,38 @@ __global__ void __launch_bounds__(512)
 template <typename T>
 struct LineStatsOp {
   using In = T;
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   using Acc = MaxSum<C>;
   Acc* stats;
   bool log;
 
   __device__ Acc init() const { return empty_max_sum<C>(); }
-  __device__ void update(Acc& a, T v, int64_t) const { add_value(a, load_as_acc(v)); }
+  __device__ void update(Acc& a, T v, int64_t) const { add_value(a, load_as_opmath(v)); }
   __device__ Acc combine(const Acc& a, const Acc& b) const { return merge(a, b); }
   __device__ void write(int64_t k, Acc a) const {
     if (a.max == C(INFINITY)) a.sum = C(NAN);
-    stats[k] = log ? Acc{a.max + log_of(a.sum), C(0)} : Acc{a.max, C(1) / a.sum};
+    stats[k] = log ? Acc{a.max + formula::log(a.sum), C(0)} : Acc{a.max, C(1) / a.sum};
   }
 };
 
 // y = f(x, stats of its line) over the dense (O, R, I) block; line (o, i) is stats[o * I + i].
 template <typename T, typename Index>
 __global__ void __launch_bounds__(256) softmax_apply_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                                            const MaxSum<acc_t<T>>* __restrict__ stats,
+                                                            const MaxSum<opmath_t<T>>* __restrict__ stats,
                                                             Index numel, Index R, Index I, bool log) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   for (Index e = blockIdx.x * Index{blockDim.x} + threadIdx.x; e < numel;
        e += Index{gridDim.x} * blockDim.x) {
     const Index i = e % I, o = e / I / R;
     const MaxSum<C> s = stats[o * I + i];
-    const C v = load_as_acc(x[e]);
-    y[e] = store_from<T>(log ? v - s.max : exp_of(v - s.max) * s.sum);
+    const C v = load_as_opmath(x[e]);
+    y[e] = store_from<T>(log ? v - s.max : formula::exp(v - s.max) * s.sum);
   }
 }
 
 template <typename T>
 void softmax_by_reduction(const ReduceLayout& layout, T* y, bool log) {
-  using C = acc_t<T>;
+  using C = opmath_t<T>;
   Tensor stats_buffer = Tensor::empty({layout.outputs() * static_cast<int64_t>(sizeof(MaxSum<C>))},
                                       {.dtype = kUInt8, .device = layout.input.device()});
   auto* stats = static_cast<MaxSum<C>*>(stats_buffer.data_ptr());
@@ -180,18 +163,9 @@ void softmax_by_reduction(const ReduceLayout& layout, T* y, bool log) {
 
 void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
   if (x.numel() == 0) return;
-  std::vector<bool> mask(x.dim(), false);
-  if (x.dim() > 0) mask[dim] = true;
-  // One reduced dim is one run, so a dense input is never copied and the block is (1, O, R, I).
-  const ReduceLayout layout = plan_reduce_layout(x, mask);
+  const ReduceLayout layout = plan_softmax_layout(x, dim);
   const Tensor& in = layout.input;
-  bool same_layout = true;
-  for (int64_t d = 0; d < x.dim(); ++d)
-    same_layout = same_layout && (x.size(d) == 1 || out.stride(d) == in.stride(d));
-  const Tensor y = same_layout
-                       ? out
-                       : Tensor::alias(Tensor::empty({x.numel()}, {.dtype = x.dtype(), .device = x.device()}),
-                                       x.sizes(), in.strides(), 0);
+  const Tensor y = softmax_buffer(layout, out);
   const int64_t lines = layout.outputs(), R = layout.b, I = layout.i;
   const cudaStream_t stream = stream_for(x);
   dispatch_device<TypeSet::Floating>(x.dtype(), log ? "log_softmax" : "softmax", [&]<typename T>() {
@@ -214,7 +188,7 @@ void softmax(const Tensor& x, int64_t dim, const Tensor& out, bool log) {
       softmax_by_reduction<T>(layout, yp, log);
     }
   });
-  if (!same_layout) copy(y, out);
+  finish_softmax(y, out);
 }
 
 }  // namespace nabla::ops::cuda

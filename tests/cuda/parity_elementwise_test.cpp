@@ -5,6 +5,7 @@
 // data one element off alignment). The kernels are called directly (ops/{cpu,cuda}/kernels.h)
 // so that kinds no public op reaches in every dtype (Sub, the fused backward kinds) are covered
 // too; parity_frontend_test.cpp covers the public ops.
+#include <algorithm>
 #include <limits>
 
 #include "nabla/ops/cpu/kernels.h"
@@ -34,13 +35,16 @@ std::vector<UnaryKind> float_unary_kinds() {
       {UnaryOp::Abs, "abs"},
       {UnaryOp::Sign, "sign"},
       {UnaryOp::Exp, "exp"},
+      {UnaryOp::Expm1, "expm1"},
       {UnaryOp::Log, "log", {}, true},
+      {UnaryOp::Log1p, "log1p", {}, true},
       {UnaryOp::Sqrt, "sqrt", {}, true},
       {UnaryOp::Rsqrt, "rsqrt", {}, true},
       {UnaryOp::Reciprocal, "reciprocal"},
       {UnaryOp::Relu, "relu"},
       {UnaryOp::Sigmoid, "sigmoid"},
       {UnaryOp::Tanh, "tanh"},
+      {UnaryOp::Erf, "erf"},
       {UnaryOp::Gelu, "gelu"},
       {UnaryOp::GeluTanh, "gelu_tanh"},
       {UnaryOp::Silu, "silu"},
@@ -167,6 +171,40 @@ std::vector<BinaryKind> binary_kinds(DType dtype) {
 }
 
 // Operand shapes that broadcast to (2, 3, 4, 5) in the kernels.
+// The case lists above are checked against the enums (no GPU needed): a kind added to UnaryOp or
+// BinaryOp without a parity case here fails this test, in every dtype family the kind is
+// defined for (op_kinds.h says which).
+template <typename Op, typename Kind>
+bool listed(Op op, const std::vector<Kind>& kinds) {
+  return std::any_of(kinds.begin(), kinds.end(), [op](const Kind& k) { return k.op == op; });
+}
+
+TEST(CudaParityElementwise, EveryOpKindHasAParityCase) {
+  std::vector<UnaryKind> floating = float_unary_kinds(), comparisons = comparison_kinds();
+  std::vector<UnaryKind> integers = integer_unary_kinds(false);
+  for (size_t i = 0; i < static_cast<size_t>(UnaryOp::Count); ++i) {
+    auto op = static_cast<UnaryOp>(i);
+    if (ops::is_comparison(op)) {
+      EXPECT_TRUE(listed(op, comparisons))
+          << "UnaryOp " << ops::name(op) << ": no case in comparison_kinds()";
+      continue;
+    }
+    EXPECT_TRUE(listed(op, floating)) << "UnaryOp " << ops::name(op) << ": no case in float_unary_kinds()";
+    if (!ops::is_float_only(op)) {
+      EXPECT_TRUE(listed(op, integers))
+          << "UnaryOp " << ops::name(op) << ": no case in integer_unary_kinds()";
+    }
+  }
+  std::vector<BinaryKind> floating_binary = binary_kinds(kFloat32), integer_binary = binary_kinds(kInt32),
+                          bool_binary = binary_kinds(kBool);
+  for (size_t i = 0; i < static_cast<size_t>(BinaryOp::Count); ++i) {
+    auto op = static_cast<BinaryOp>(i);
+    EXPECT_TRUE(listed(op, floating_binary)) << "BinaryOp " << ops::name(op) << ": no float case";
+    if (ops::is_integer_op(op)) EXPECT_TRUE(listed(op, integer_binary)) << "BinaryOp " << ops::name(op);
+    if (ops::is_logical_op(op)) EXPECT_TRUE(listed(op, bool_binary)) << "BinaryOp " << ops::name(op);
+  }
+}
+
 struct BroadcastCase {
   const char* name;
   Shape a, b;

@@ -389,7 +389,7 @@ TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) 
         Tensor xi = x.to(device).detach().requires_grad_(true);
         Tensor wi = w.to(device).detach().requires_grad_(true),
                bi = b.to(device).detach().requires_grad_(true);
-        Tensor y = layer_norm(xi, c.normalized, wi, bi, 1e-5);
+        Tensor y = layer_norm(xi, c.normalized, wi, bi, {.eps = 1e-5});
         y.backward(g.to(device));
         outs[d][0] = y, outs[d][1] = xi.grad(), outs[d][2] = wi.grad(), outs[d][3] = bi.grad();
       }

@@ -125,7 +125,8 @@ TEST(CudaParityDropout, OneSeedGivesTheSameMaskOnCpuAndCuda) {
       const Tensor host = random_values({4, 3, 9, 7}, ++seed, dtype).contiguous(format);
       Tensor x = host.detach().requires_grad_(true), xd = to_cuda(host).requires_grad_(true);
       Generator on_cpu(seed), on_cuda(seed);
-      Tensor y = dropout(x, 0.3, true, &on_cpu), yd = dropout(xd, 0.3, true, &on_cuda);
+      Tensor y = dropout(x, {.p = 0.3, .generator = &on_cpu}),
+             yd = dropout(xd, {.p = 0.3, .generator = &on_cuda});
       EXPECT_TRUE(matches_cpu(ne(yd, 0.0), ne(y, 0.0))) << dtype_name(dtype) << " mask";
       EXPECT_TRUE(matches_cpu(yd, y)) << dtype_name(dtype);
       EXPECT_EQ(yd.is_contiguous(format), true);

@@ -33,6 +33,10 @@ std::vector<UnaryCase> unary_cases() {
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::abs(x); }, false},
       {"exp", [](const Tensor& x) { return exp(x); }, [](double x) { return std::exp(x); }, false},
       {"log", [](const Tensor& x) { return log(x); }, [](double x) { return std::log(x); }, true},
+      // References computed another way than the kernels' std::expm1, std::log1p and std::erf.
+      {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::exp(x) - 1; }, false},
+      {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log(1 + x); }, true},
+      {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return 1 - std::erfc(x); }, false},
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, true},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, true},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }, false},
@@ -74,6 +78,16 @@ TEST(Elementwise, UnaryOpsMatchStdMathInEveryFloatingDtype) {
       EXPECT_TRUE(all_close(y, reference_unary(x, c.ref), rtol, rtol)) << c.name << " " << dtype_name(dtype);
     }
   }
+}
+
+// What expm1 and log1p are for: near 0, exp(x) - 1 and log(1 + x) lose every digit in float32,
+// and these keep them (both are x - x^2/2 + ... there, and x^2/2 is below float32's resolution).
+TEST(Elementwise, Expm1AndLog1pAreExactNearZero) {
+  Tensor x = tensor<float>({1e-10f, -3e-9f, 2.5e-8f}, {3});
+  EXPECT_TRUE(all_close(expm1(x), x, 1e-6, 0)) << expm1(x);
+  EXPECT_TRUE(all_close(log1p(x), x, 1e-6, 0)) << log1p(x);
+  EXPECT_TRUE(all_close(exp(x) - 1.0, zeros_like(x), 0, 0));         // the loss the two ops avoid
+  EXPECT_EQ(expm1(tensor<int64_t>({0, 1}, {2})).dtype(), kFloat32);  // integers compute in float32
 }
 
 TEST(Elementwise, UnaryOpsKeepChannelsLastAndReadStridedInputs) {

@@ -301,7 +301,7 @@ TEST(LayerNorm, MatchesLoopReferenceOverOneAndTwoTrailingDims) {
     for (const auto& c : layer_norm_cases(seed += 10, dtype)) {
       const int64_t d = numel_of(c.normalized);
       Tensor w = random_input(c.normalized, ++seed, dtype), b = random_input(c.normalized, ++seed, dtype);
-      Tensor y = layer_norm(c.x, c.normalized, w, b, 1e-4);
+      Tensor y = layer_norm(c.x, c.normalized, w, b, {.eps = 1e-4});
       EXPECT_EQ(y.dtype(), dtype);
       EXPECT_TRUE(y.is_contiguous());
       EXPECT_TRUE(all_close(y, loop_layer_norm(c.x, d, w, b, 1e-4), tol, tol))
@@ -374,7 +374,7 @@ TEST(LayerNorm, ErrorsNameTheOpAndWhatWasExpected) {
   EXPECT_NABLA_ERROR(layer_norm(x, {}), "layer_norm", "at least one");
   EXPECT_NABLA_ERROR(layer_norm(x, {4}, ones({3}, {.dtype = kFloat64})), "layer_norm", "weight of shape [4]");
   EXPECT_NABLA_ERROR(layer_norm(x, {4}, ones({4})), "layer_norm", "weight", "float32[4]");
-  EXPECT_NABLA_ERROR(layer_norm(x, {4}, {}, {}, 0.0), "layer_norm", "eps > 0");
+  EXPECT_NABLA_ERROR(layer_norm(x, {4}, {}, {}, {.eps = 0.0}), "layer_norm", "eps > 0");
 }
 
 }  // namespace

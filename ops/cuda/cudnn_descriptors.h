@@ -1,5 +1,6 @@
-// Internal (ops/cuda only). Move-only RAII wrappers for the cuDNN descriptors a convolution
-// needs, each filled from a tensor or the convolution's options.
+// Internal (ops/cuda only). Move-only RAII wrappers for the cuDNN descriptors that convolution
+// (conv.cpp) and batch norm (batch_norm_cudnn.cpp) need, each filled from a tensor or the
+// op's options.
 #pragma once
 
 #include <cudnn.h>
@@ -24,8 +25,7 @@ inline cudnnDataType_t cudnn_type(DType dtype) {
     case DType::BFloat16:
       return CUDNN_DATA_BFLOAT16;
     default:
-      NABLA_CHECK(false, "conv2d: dtype {} is not supported by cuDNN (expected a floating type)",
-                  dtype_name(dtype));
+      NABLA_CHECK(false, "cuDNN: dtype {} is not supported (expected a floating type)", dtype_name(dtype));
   }
   __builtin_unreachable();
 }
@@ -59,6 +59,24 @@ class CudnnDescriptor {
   Handle handle_ = nullptr;
 };
 
+using CudnnTensor =
+    CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
+
+// The ReLU activation of cuDNN's fused batch norm + ReLU (+ add) calls.
+class ReluDescriptor {
+ public:
+  ReluDescriptor() {
+    NABLA_CUDNN_CHECK(
+        cudnnSetActivationDescriptor(desc_.get(), CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  cudnnActivationDescriptor_t get() const { return desc_.get(); }
+
+ private:
+  CudnnDescriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor,
+                  cudnnDestroyActivationDescriptor>
+      desc_;
+};
+
 // A 4-d tensor with its real strides (NCHW or NHWC).
 class TensorDescriptor {
  public:
@@ -71,7 +89,7 @@ class TensorDescriptor {
   cudnnTensorDescriptor_t get() const { return desc_.get(); }
 
  private:
-  CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor> desc_;
+  CudnnTensor desc_;
 };
 
 // A weight (O, C / groups, kH, kW), dense in NCHW or NHWC order.

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "nabla/distributed/socket.h"
+#include "nabla/distributed/detail/socket.h"
 
 namespace nabla::distributed {
 

@@ -1,0 +1,326 @@
+// The public CUDA runtime API (runtime.h, stream.h, memory.h, pinned_allocator.h, graph.h),
+// compiled in every build. Without CUDA each function gives its no-device answer or raises
+// built_without_cuda(); with CUDA it calls the backend. Note [The runtime's two sides] in
+// detail/backend.h.
+#include <atomic>
+#include <utility>
+
+#include "nabla/core/cuda/detail/backend.h"
+#include "nabla/core/cuda/graph.h"
+#include "nabla/core/cuda/memory.h"
+#include "nabla/core/cuda/pinned_allocator.h"
+#include "nabla/core/cuda/runtime.h"
+#include "nabla/core/cuda/stream.h"
+#include "nabla/core/dispatch.h"
+#include "nabla/core/error.h"
+
+namespace nabla::cuda {
+
+// --- Devices and copies. -------------------------------------------------------------------------
+
+int device_count() {
+  if constexpr (kHasCuda)
+    return backend::device_count();
+  else
+    return 0;
+}
+bool is_available() {
+  return device_count() > 0;
+}
+int current_device() {
+  if constexpr (kHasCuda)
+    return backend::current_device();
+  else
+    built_without_cuda("cuda::current_device");
+}
+void set_device(int index) {
+  if constexpr (kHasCuda)
+    backend::set_device(index);
+  else
+    built_without_cuda("cuda::set_device");
+}
+void synchronize() {
+  if constexpr (kHasCuda)
+    backend::synchronize();
+  else
+    built_without_cuda("cuda::synchronize");
+}
+Allocator& device_allocator(int index) {
+  if constexpr (kHasCuda)
+    return backend::device_allocator(index);
+  else
+    built_without_cuda("CUDA tensor allocation");
+}
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if constexpr (kHasCuda)
+    backend::copy_bytes(dst, dst_device, src, src_device, nbytes);
+  else
+    built_without_cuda("a copy to or from a CUDA device");
+}
+void memset_zero(void* dst, Device device, size_t nbytes) {
+  if constexpr (kHasCuda)
+    backend::memset_zero(dst, device, nbytes);
+  else
+    built_without_cuda("memset on a CUDA device");
+}
+
+// --- Streams. ------------------------------------------------------------------------------------
+
+bool Stream::query() const {
+  if constexpr (kHasCuda)
+    return backend::stream_query(*this);
+  else
+    built_without_cuda("cuda::Stream::query");
+}
+void Stream::synchronize() const {
+  if constexpr (kHasCuda)
+    backend::stream_synchronize(*this);
+  else
+    built_without_cuda("cuda::Stream::synchronize");
+}
+Stream current_stream(int device) {
+  if constexpr (kHasCuda)
+    return backend::current_stream(device);
+  else
+    built_without_cuda("cuda::current_stream");
+}
+Stream default_stream(int device) {
+  if constexpr (kHasCuda)
+    return backend::default_stream(device);
+  else
+    built_without_cuda("cuda::default_stream");
+}
+void set_current_stream(Stream stream) {
+  if constexpr (kHasCuda)
+    backend::set_current_stream(stream);
+  else
+    built_without_cuda("cuda::set_current_stream");
+}
+Stream stream_from_pool(int device, bool high_priority) {
+  if constexpr (kHasCuda)
+    return backend::stream_from_pool(device, high_priority);
+  else
+    built_without_cuda("cuda::stream_from_pool");
+}
+
+StreamGuard::StreamGuard(Stream stream) : previous_(current_stream(stream.device())) {
+  set_current_stream(stream);
+}
+StreamGuard::~StreamGuard() {
+  set_current_stream(previous_);
+}
+
+// --- Events. An event is created on its first record, so without CUDA none ever exists: record
+// raises, and everything else sees an event that was never recorded. ---------------------------------
+
+Event::Event(Event&& other) noexcept {
+  *this = std::move(other);
+}
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if constexpr (kHasCuda) {
+      if (handle_) backend::event_destroy(handle_);
+    }
+    handle_ = std::exchange(other.handle_, nullptr);
+    device_ = other.device_;
+    enable_timing_ = other.enable_timing_;
+  }
+  return *this;
+}
+Event::~Event() {
+  if constexpr (kHasCuda) {
+    if (handle_) backend::event_destroy(handle_);
+  }
+}
+void Event::record(Stream stream) {
+  if constexpr (kHasCuda) {
+    if (!handle_) {
+      device_ = stream.device();
+      handle_ = backend::event_create(enable_timing_);
+    }
+    NABLA_CHECK(stream.device() == device_,
+                "Event::record: the event belongs to cuda:{}, the stream to cuda:{}", device_,
+                stream.device());
+    backend::event_record(handle_, stream);
+  } else {
+    built_without_cuda("cuda::Event::record");
+  }
+}
+void Event::block(Stream stream) const {
+  if constexpr (kHasCuda) {
+    if (handle_) backend::stream_wait_event(stream, handle_);  // never recorded: nothing to wait for
+  }
+}
+bool Event::query() const {
+  if constexpr (kHasCuda)
+    return !handle_ || backend::event_query(handle_);
+  else
+    return true;
+}
+void Event::synchronize() const {
+  if constexpr (kHasCuda) {
+    if (handle_) backend::event_synchronize(handle_);
+  }
+}
+float Event::elapsed_ms(const Event& end) const {
+  NABLA_CHECK(handle_ && end.handle_ && enable_timing_ && end.enable_timing_,
+              "Event::elapsed_ms: both events must be created with timing enabled and recorded");
+  if constexpr (kHasCuda)
+    return backend::event_elapsed_ms(handle_, end.handle_);
+  else
+    built_without_cuda("cuda::Event::elapsed_ms");
+}
+
+// --- Device memory. Without CUDA no device holds any. ----------------------------------------------
+
+size_t memory_allocated(int device) {
+  if constexpr (kHasCuda)
+    return backend::memory_allocated(device);
+  else
+    return 0;
+}
+size_t max_memory_allocated(int device) {
+  if constexpr (kHasCuda)
+    return backend::max_memory_allocated(device);
+  else
+    return 0;
+}
+size_t memory_reserved(int device) {
+  if constexpr (kHasCuda)
+    return backend::memory_reserved(device);
+  else
+    return 0;
+}
+size_t max_memory_reserved(int device) {
+  if constexpr (kHasCuda)
+    return backend::max_memory_reserved(device);
+  else
+    return 0;
+}
+void reset_peak_memory_stats(int device) {
+  if constexpr (kHasCuda) backend::reset_peak_memory_stats(device);
+}
+AllocatorCounts allocator_counts(int device) {
+  if constexpr (kHasCuda)
+    return backend::allocator_counts(device);
+  else
+    return {};
+}
+void empty_cache() {
+  if constexpr (kHasCuda) backend::empty_cache();
+}
+void set_memory_fraction(double fraction, int device) {
+  if constexpr (kHasCuda)
+    backend::set_memory_fraction(fraction, device);
+  else
+    built_without_cuda("cuda::set_memory_fraction");
+}
+std::string allocator_backend() {
+  if constexpr (kHasCuda)
+    return backend::allocator_backend();
+  else
+    return "none (built without CUDA)";
+}
+std::string memory_summary(int device) {
+  if constexpr (kHasCuda)
+    return backend::memory_summary(device);
+  else
+    return "nabla was built without CUDA\n";
+}
+std::string memory_snapshot(int device) {
+  if constexpr (kHasCuda)
+    return backend::memory_snapshot(device);
+  else
+    return "{\"segments\": []}";
+}
+void record_stream(const Tensor& t, Stream stream) {
+  NABLA_CHECK(t.is_cuda(), "record_stream: expected a CUDA tensor, got {}", describe(t));
+  if constexpr (kHasCuda) backend::record_stream(t, stream);
+}
+
+// --- Pinned host memory. Without CUDA nothing is pinned. --------------------------------------------
+
+Allocator& pinned_allocator() {
+  if constexpr (kHasCuda)
+    return backend::pinned_allocator();
+  else
+    built_without_cuda("pinned host memory");
+}
+bool is_pinned(const void* ptr) {
+  if constexpr (kHasCuda)
+    return backend::is_pinned(ptr);
+  else
+    return false;
+}
+void record_pinned_use(const void* ptr, Stream stream) {
+  if constexpr (kHasCuda) backend::record_pinned_use(ptr, stream);
+}
+PinnedStats pinned_stats() {
+  if constexpr (kHasCuda)
+    return backend::pinned_stats();
+  else
+    return {};
+}
+void pinned_empty_cache() {
+  if constexpr (kHasCuda) backend::pinned_empty_cache();
+}
+
+// --- Graphs. -------------------------------------------------------------------------------------
+
+namespace {
+std::atomic<uint64_t> next_pool{1};
+}  // namespace
+
+Graph::~Graph() {
+  try {
+    reset();
+  } catch (...) {  // destructors must not throw; reset only fails on a broken context
+  }
+}
+
+void Graph::capture_begin(Stream stream) {
+  NABLA_CHECK(!capturing_ && !exec_,
+              "Graph::capture_begin: this graph already holds a capture; call reset() first");
+  NABLA_CHECK(stream.handle() != nullptr, "Graph::capture_begin: the legacy NULL stream cannot be captured");
+  if constexpr (kHasCuda) {
+    stream_ = stream;
+    pool_ = next_pool.fetch_add(1);
+    backend::begin_capture(stream, pool_);
+    capturing_ = true;
+  } else {
+    built_without_cuda("cuda::Graph::capture_begin");
+  }
+}
+
+void Graph::capture_end() {
+  NABLA_CHECK(capturing_, "Graph::capture_end: no capture in progress");
+  capturing_ = false;
+  if constexpr (kHasCuda) {
+    backend::CapturedGraph captured = backend::end_capture(stream_, pool_);
+    graph_ = captured.graph;
+    exec_ = captured.exec;
+  }
+}
+
+void Graph::replay() {
+  NABLA_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
+  if constexpr (kHasCuda) backend::launch({graph_, exec_}, stream_);
+}
+
+void Graph::reset() {
+  if constexpr (kHasCuda) {
+    if (capturing_) {
+      backend::abort_capture(stream_, pool_);
+      capturing_ = false;
+    }
+    backend::destroy({graph_, exec_});
+    exec_ = graph_ = nullptr;
+    if (pool_) {
+      // Replays may still run: the pool's blocks are released once the stream is past them.
+      backend::release_graph_pool(stream_.device(), pool_, stream_);
+      pool_ = 0;
+    }
+  }
+}
+
+}  // namespace nabla::cuda
