@@ -55,7 +55,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     stream.synchronize();
   } else if (src_device.is_cpu()) {
     // From pinned memory the copy is truly asynchronous: keep the block from reuse until done.
-    record_pinned_use(src, stream);
+    backend::record_pinned_use(src, stream);
   }
 }
 
