@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define NABLA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NABLA_HOST_DEVICE inline
-#endif
+#include "nabla/core/host_device.h"
 
 namespace nabla::philox {
 

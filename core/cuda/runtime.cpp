@@ -26,15 +26,22 @@ int current_device() {
   return d;
 }
 
+namespace {
+void check_exists(int device) {
+  NABLA_CHECK(device >= 0 && device < device_count(),
+              "CUDA device {} does not exist (this machine has {} device(s))", device, device_count());
+}
+}  // namespace
+
 int checked_device(int device) {
-  if (device < 0) return current_device();
-  NABLA_CHECK(device < device_count(), "CUDA device {} does not exist (this machine has {} device(s))",
-              device, device_count());
+  if (device == -1) return current_device();
+  check_exists(device);
   return device;
 }
 
 void set_device(int index) {
-  NABLA_CUDA_CHECK(cudaSetDevice(checked_device(index)));
+  check_exists(index);  // -1 is not "the current device" here: setting it would mean nothing
+  NABLA_CUDA_CHECK(cudaSetDevice(index));
 }
 
 void synchronize() {

@@ -15,13 +15,8 @@
 #include <limits>
 #include <type_traits>
 
+#include "nabla/core/host_device.h"
 #include "nabla/ops/detail/op_kinds.h"
-
-#if defined(__CUDACC__)
-#define NABLA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define NABLA_HOST_DEVICE inline
-#endif
 
 namespace nabla::ops::formula {
 

@@ -10,11 +10,7 @@
 #include <cstdint>
 #include <limits>
 
-#if defined(__CUDACC__)
-#define NABLA_POOL_HD __host__ __device__ __forceinline__
-#else
-#define NABLA_POOL_HD inline
-#endif
+#include "nabla/core/host_device.h"
 
 namespace nabla::ops {
 
@@ -44,7 +40,7 @@ using Span = SpanT<int64_t>;
 
 // Max pooling: the first tap of output o and its taps' step (taps outside [0, size) are skipped).
 template <typename I>
-NABLA_POOL_HD I max_window_start(I o, I stride, I pad) {
+NABLA_HOST_DEVICE I max_window_start(I o, I stride, I pad) {
   return o * stride - pad;
 }
 
@@ -52,7 +48,7 @@ NABLA_POOL_HD I max_window_start(I o, I stride, I pad) {
 // count_include_pad the divisor counts padding but not the part of a ceil_mode window that
 // hangs past the padded input (as PyTorch).
 template <typename I>
-NABLA_POOL_HD SpanT<I> avg_window(I o, I size, I kernel, I stride, I pad, I* padded_extent) {
+NABLA_HOST_DEVICE SpanT<I> avg_window(I o, I size, I kernel, I stride, I pad, I* padded_extent) {
   I begin = o * stride - pad;
   I end = begin + kernel < size + pad ? begin + kernel : size + pad;
   *padded_extent = end - begin;
@@ -63,14 +59,14 @@ NABLA_POOL_HD SpanT<I> avg_window(I o, I size, I kernel, I stride, I pad, I* pad
 
 // Adaptive pooling: PyTorch's floor(o * in / out) to ceil((o + 1) * in / out).
 template <typename I>
-NABLA_POOL_HD SpanT<I> adaptive_window(I o, I in, I out) {
+NABLA_HOST_DEVICE SpanT<I> adaptive_window(I o, I in, I out) {
   return {(o * in) / out, ((o + 1) * in + out - 1) / out};
 }
 
 // The outputs [begin, end) whose windows may contain input coordinate i (a superset for max
 // pooling, where a dilated window can skip i; the index comparison settles it).
 template <typename I>
-NABLA_POOL_HD SpanT<I> max_outputs_covering(I i, I out, I kernel, I stride, I pad, I dilation) {
+NABLA_HOST_DEVICE SpanT<I> max_outputs_covering(I i, I out, I kernel, I stride, I pad, I dilation) {
   const I first = i + pad - (kernel - 1) * dilation;  // o * stride >= first
   const I begin = first <= 0 ? 0 : (first + stride - 1) / stride;
   const I last = (i + pad) / stride;  // o * stride <= i + pad
@@ -78,21 +74,21 @@ NABLA_POOL_HD SpanT<I> max_outputs_covering(I i, I out, I kernel, I stride, I pa
 }
 
 template <typename I>
-NABLA_POOL_HD SpanT<I> avg_outputs_covering(I i, I out, I kernel, I stride, I pad) {
+NABLA_HOST_DEVICE SpanT<I> avg_outputs_covering(I i, I out, I kernel, I stride, I pad) {
   const I begin = i + pad < kernel ? 0 : (i + pad - kernel) / stride + 1;
   const I last = (i + pad) / stride;
   return {begin, last + 1 < out ? last + 1 : out};
 }
 
 template <typename I>
-NABLA_POOL_HD SpanT<I> adaptive_outputs_covering(I i, I in, I out) {
+NABLA_HOST_DEVICE SpanT<I> adaptive_outputs_covering(I i, I in, I out) {
   const I end = ((i + 1) * out + in - 1) / in;
   return {(i * out) / in, end < out ? end : out};
 }
 
 // The divisor of average-pooling output (oh, ow).
 template <typename I>
-NABLA_POOL_HD I avg_divisor(const PoolGeometryT<I>& g, I oh, I ow) {
+NABLA_HOST_DEVICE I avg_divisor(const PoolGeometryT<I>& g, I oh, I ow) {
   if (g.kind == PoolKind::AdaptiveAvg) {
     const SpanT<I> hs = adaptive_window(oh, g.h, g.out_h), ws = adaptive_window(ow, g.w, g.out_w);
     return (hs.end - hs.begin) * (ws.end - ws.begin);
@@ -105,7 +101,7 @@ NABLA_POOL_HD I avg_divisor(const PoolGeometryT<I>& g, I oh, I ow) {
 
 // The input window of average-pooling output o along one dim (H when `rows`).
 template <typename I>
-NABLA_POOL_HD SpanT<I> avg_span(const PoolGeometryT<I>& g, I o, bool rows) {
+NABLA_HOST_DEVICE SpanT<I> avg_span(const PoolGeometryT<I>& g, I o, bool rows) {
   I unused = 0;
   if (g.kind == PoolKind::AdaptiveAvg)
     return rows ? adaptive_window(o, g.h, g.out_h) : adaptive_window(o, g.w, g.out_w);
@@ -115,7 +111,7 @@ NABLA_POOL_HD SpanT<I> avg_span(const PoolGeometryT<I>& g, I o, bool rows) {
 
 // The outputs whose average windows contain input coordinate i along one dim.
 template <typename I>
-NABLA_POOL_HD SpanT<I> avg_covering(const PoolGeometryT<I>& g, I i, bool rows) {
+NABLA_HOST_DEVICE SpanT<I> avg_covering(const PoolGeometryT<I>& g, I i, bool rows) {
   if (g.kind == PoolKind::AdaptiveAvg)
     return rows ? adaptive_outputs_covering(i, g.h, g.out_h) : adaptive_outputs_covering(i, g.w, g.out_w);
   return rows ? avg_outputs_covering(i, g.out_h, g.kernel_h, g.stride_h, g.pad_h)
