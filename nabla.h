@@ -3,7 +3,11 @@
 
 #include "nabla/amp/amp.h"
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/cuda/graph.h"
+#include "nabla/core/cuda/memory.h"
+#include "nabla/core/cuda/pinned_allocator.h"
 #include "nabla/core/cuda/runtime.h"
+#include "nabla/core/cuda/stream.h"
 #include "nabla/core/device.h"
 #include "nabla/core/dtype.h"
 #include "nabla/core/error.h"

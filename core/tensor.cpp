@@ -6,19 +6,27 @@
 
 namespace nabla {
 
-TensorImpl::TensorImpl(std::shared_ptr<Storage> storage_, int64_t offset_, Shape sizes_, Shape strides_,
-                       DType dtype_)
-    : storage(std::move(storage_)),
-      offset(offset_),
-      sizes(std::move(sizes_)),
-      strides(std::move(strides_)),
-      dtype(dtype_) {}
+TensorImpl::TensorImpl(std::shared_ptr<Storage> storage, int64_t offset, Shape sizes, Shape strides,
+                       DType dtype)
+    : storage_(std::move(storage)),
+      offset_(offset),
+      sizes_(std::move(sizes)),
+      strides_(std::move(strides)),
+      dtype_(dtype) {}
 
 TensorImpl::~TensorImpl() = default;
 
 autograd::AutogradMeta& TensorImpl::autograd_meta() {
-  if (!autograd) autograd = std::make_unique<autograd::AutogradMeta>();
-  return *autograd;
+  if (!autograd_) autograd_ = std::make_unique<autograd::AutogradMeta>();
+  return *autograd_;
+}
+
+void TensorImpl::rebind(std::shared_ptr<Storage> storage, int64_t offset, Shape strides) {
+  NABLA_ASSERT(strides.size() == sizes_.size(), "rebind: {} strides for a {}-d tensor", strides.size(),
+               sizes_.size());
+  storage_ = std::move(storage);
+  offset_ = offset;
+  strides_ = std::move(strides);
 }
 
 Tensor Tensor::empty(const Shape& sizes, const TensorOptions& options) {
@@ -59,10 +67,6 @@ Tensor Tensor::from_blob(void* data, const Shape& sizes, const TensorOptions& op
   return t;
 }
 
-Tensor Tensor::alias(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset) {
-  return Tensor(std::make_shared<TensorImpl>(base.storage(), offset, sizes, strides, base.dtype()));
-}
-
 bool Tensor::is_pinned() const {
   return is_cpu() && cuda::is_pinned(storage()->data());
 }
@@ -89,13 +93,13 @@ MemoryFormat Tensor::suggest_memory_format() const {
 
 void* Tensor::data_ptr() const {
   const auto& impl = checked();
-  return static_cast<char*>(impl.storage->data()) +
-         impl.offset * static_cast<int64_t>(nabla::itemsize(impl.dtype));
+  return static_cast<char*>(impl.storage()->data()) +
+         impl.offset() * static_cast<int64_t>(nabla::itemsize(impl.dtype()));
 }
 
 bool Tensor::requires_grad() const {
   const auto& impl = checked();
-  return impl.autograd && impl.autograd->requires_grad;
+  return impl.autograd_if_any() && impl.autograd_if_any()->requires_grad;
 }
 
 Tensor& Tensor::requires_grad_(bool requires_grad) {
@@ -118,7 +122,7 @@ const std::shared_ptr<autograd::Node> kNoNode;
 
 const Tensor& Tensor::grad() const {
   const auto& impl = checked();
-  return impl.autograd ? impl.autograd->grad : kUndefined;
+  return impl.autograd_if_any() ? impl.autograd_if_any()->grad : kUndefined;
 }
 
 Tensor& Tensor::mutable_grad() {
@@ -135,23 +139,23 @@ void Tensor::set_grad(Tensor grad) const {
 
 bool Tensor::is_leaf() const {
   const auto& impl = checked();
-  return !impl.autograd || !impl.autograd->grad_fn;
+  return !impl.autograd_if_any() || !impl.autograd_if_any()->grad_fn;
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   const auto& impl = checked();
-  return impl.autograd ? impl.autograd->grad_fn : kNoNode;
+  return impl.autograd_if_any() ? impl.autograd_if_any()->grad_fn : kNoNode;
 }
 
 uint32_t Tensor::output_nr() const {
   const auto& impl = checked();
-  return impl.autograd ? impl.autograd->output_nr : 0;
+  return impl.autograd_if_any() ? impl.autograd_if_any()->output_nr : 0;
 }
 
 Tensor Tensor::detach() const {
   const auto& impl = checked();
   return Tensor(
-      std::make_shared<TensorImpl>(impl.storage, impl.offset, impl.sizes, impl.strides, impl.dtype));
+      std::make_shared<TensorImpl>(impl.storage(), impl.offset(), impl.sizes(), impl.strides(), impl.dtype()));
 }
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
@@ -173,8 +177,8 @@ void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&
 
 void Tensor::retain_grad() const {
   NABLA_CHECK(requires_grad(), "retain_grad: the tensor does not require grad");
-  if (is_leaf() || impl_->autograd->retains_grad) return;
-  impl_->autograd->retains_grad = true;
+  if (is_leaf() || impl_->autograd_if_any()->retains_grad) return;
+  impl_->autograd_if_any()->retains_grad = true;
   std::weak_ptr<TensorImpl> weak = impl_;
   grad_fn()->pre_hooks.emplace_back(output_nr(), [weak](const Tensor& g) {
     if (auto impl = weak.lock()) {

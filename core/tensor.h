@@ -32,18 +32,33 @@ struct AutogradMeta;
 class Tensor;
 using TensorList = std::vector<Tensor>;
 
-// The state behind a Tensor handle. Users rarely touch it; ops and backends do.
-struct TensorImpl {
-  std::shared_ptr<Storage> storage;
-  int64_t offset = 0;  // in elements
-  Shape sizes;
-  Shape strides;  // in elements
-  DType dtype = kFloat32;
-  std::unique_ptr<autograd::AutogradMeta> autograd;  // null until autograd needs it
-
+// The state behind a Tensor handle: storage, geometry, dtype and autograd bookkeeping. Its
+// fields are private; ops read them through Tensor, and the few places that must change a
+// live tensor's geometry (DDP's flat buffers) say so through rebind().
+class TensorImpl {
+ public:
   TensorImpl(std::shared_ptr<Storage> storage, int64_t offset, Shape sizes, Shape strides, DType dtype);
   ~TensorImpl();
-  autograd::AutogradMeta& autograd_meta();  // creates on first use
+
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+  int64_t offset() const { return offset_; }  // in elements
+  const Shape& sizes() const { return sizes_; }
+  const Shape& strides() const { return strides_; }  // in elements
+  DType dtype() const { return dtype_; }
+
+  autograd::AutogradMeta* autograd_if_any() const { return autograd_.get(); }  // null until needed
+  autograd::AutogradMeta& autograd_meta();                                     // creates on first use
+
+  // Points this tensor at other memory with the same sizes and dtype; every handle sees it.
+  void rebind(std::shared_ptr<Storage> storage, int64_t offset, Shape strides);
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  int64_t offset_ = 0;
+  Shape sizes_;
+  Shape strides_;
+  DType dtype_ = kFloat32;
+  std::unique_ptr<autograd::AutogradMeta> autograd_;
 };
 
 class Tensor {
@@ -56,8 +71,6 @@ class Tensor {
   // Wraps memory the caller owns (not freed by nabla); strides default to contiguous.
   static Tensor from_blob(void* data, const Shape& sizes, const TensorOptions& options = {},
                           std::optional<Shape> strides = std::nullopt);
-  // An alias of `base`'s storage with new geometry and no autograd history (internal to views).
-  static Tensor alias(const Tensor& base, const Shape& sizes, const Shape& strides, int64_t offset);
 
   bool defined() const { return impl_ != nullptr; }
   TensorImpl* impl() const { return impl_.get(); }
@@ -65,18 +78,18 @@ class Tensor {
   bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
 
   // ---- metadata (core) ----
-  const Shape& sizes() const { return checked().sizes; }
-  const Shape& shape() const { return checked().sizes; }
-  const Shape& strides() const { return checked().strides; }
+  const Shape& sizes() const { return checked().sizes(); }
+  const Shape& shape() const { return checked().sizes(); }
+  const Shape& strides() const { return checked().strides(); }
   int64_t size(int64_t dim) const;
   int64_t stride(int64_t dim) const;
-  int64_t dim() const { return static_cast<int64_t>(checked().sizes.size()); }
-  int64_t numel() const { return numel_of(checked().sizes); }
-  DType dtype() const { return checked().dtype; }
-  Device device() const { return checked().storage->device(); }
+  int64_t dim() const { return static_cast<int64_t>(checked().sizes().size()); }
+  int64_t numel() const { return numel_of(checked().sizes()); }
+  DType dtype() const { return checked().dtype(); }
+  Device device() const { return checked().storage()->device(); }
   TensorOptions options() const { return {.dtype = dtype(), .device = device()}; }
-  int64_t storage_offset() const { return checked().offset; }
-  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
+  int64_t storage_offset() const { return checked().offset(); }
+  const std::shared_ptr<Storage>& storage() const { return checked().storage(); }
   size_t itemsize() const { return nabla::itemsize(dtype()); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * itemsize(); }
   bool is_cuda() const { return device().is_cuda(); }

@@ -252,10 +252,7 @@ void adopt_into(Tensor& flat, const std::vector<Tensor>& buffers) {
   int64_t offset = 0;
   for (const auto& b : buffers) {
     flat.narrow(0, offset, b.numel()).copy_(b.reshape({-1}));
-    TensorImpl* impl = b.impl();
-    impl->storage = flat.storage();
-    impl->offset = flat.impl()->offset + offset;
-    impl->strides = contiguous_strides(impl->sizes);
+    b.impl()->rebind(flat.storage(), flat.storage_offset() + offset, contiguous_strides(b.sizes()));
     offset += b.numel();
   }
 }

@@ -19,6 +19,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
@@ -68,7 +69,7 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
 // A fresh dense tensor on `device` with `like`'s sizes and strides (which must be dense).
 Tensor empty_with_layout(const Tensor& like, DType dtype, Device device) {
   Tensor flat = Tensor::empty({like.numel()}, {.dtype = dtype, .device = device});
-  return Tensor::alias(flat, like.sizes(), like.strides(), 0);
+  return ops::alias(flat, like.sizes(), like.strides(), 0);
 }
 
 void copy_values(const Tensor& dst, const Tensor& src) {

@@ -11,6 +11,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cuda/indexing_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -90,7 +91,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, const EmbeddingOpt
   Shape out_sizes(indices.sizes());
   out_sizes.push_back(dim);
   Tensor out = Tensor::empty(out_sizes, weight.options());
-  const Tensor rows = Tensor::alias(out, {flat.numel(), dim}, {dim, 1}, 0);
+  const Tensor rows = ops::alias(out, {flat.numel(), dim}, {dim, 1}, 0);
   ops::dispatch(
       "index_select", weight, [&] { ops::cpu::index_select(weight, 0, flat, rows); },
       [&] { ops::cuda::index_select(weight, 0, flat, rows); });

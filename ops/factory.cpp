@@ -11,6 +11,7 @@
 
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 
 namespace nabla {
@@ -29,7 +30,7 @@ Tensor make_filled(const Shape& sizes, const TensorOptions& options, Make make) 
 
 // The elements of a fresh (dense) tensor as one contiguous row, in memory order.
 Tensor flat_view(const Tensor& t) {
-  return Tensor::alias(t, {t.numel()}, {1}, t.storage_offset());
+  return ops::alias(t, {t.numel()}, {1}, t.storage_offset());
 }
 
 void fill_on_device(const Tensor& t, double value) {
@@ -99,7 +100,7 @@ Tensor linspace(double start, double end, int64_t steps, const TensorOptions& op
     arange_on_device(t, start, step);
     if (steps > 1) {
       // Pin the last value to `end` exactly, as PyTorch does, instead of start + (n-1)*step.
-      fill_on_device(Tensor::alias(t, {1}, {1}, t.storage_offset() + steps - 1), end);
+      fill_on_device(ops::alias(t, {1}, {1}, t.storage_offset() + steps - 1), end);
     }
   });
 }

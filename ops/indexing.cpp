@@ -18,6 +18,7 @@
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/indexing_kernels.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/view.h"
@@ -124,7 +125,7 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
           sizes[d] = t.size(d);
           // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
           ops::cpu::copy(
-              t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+              t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
           offset += t.size(d);
         }
       },
@@ -134,7 +135,7 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
           Shape sizes(out_sizes);
           sizes[d] = t.size(d);
           ops::cuda::copy(
-              t, Tensor::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+              t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
           offset += t.size(d);
         }
       });

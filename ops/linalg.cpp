@@ -16,6 +16,7 @@
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
 #include "nabla/ops/cuda/linalg_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"
@@ -73,7 +74,7 @@ Tensor product(const Tensor& a, const Tensor& b) {
     // Only `a` has batch dims: one tall product instead of many small ones.
     Tensor out = product(flatten_rows(a), b);  // (B*N, M)
     Shape out_sizes = concat(batch_dims(a), {n, m});
-    return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
+    return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
   }
   const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
   Tensor out = Tensor::empty(concat(batch, {n, m}), a.options());
@@ -146,7 +147,7 @@ Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
     Shape sizes(out.sizes());
     if (a_vec) sizes.erase(sizes.end() - 2);
     if (b_vec) sizes.erase(sizes.end() - 1);
-    out = Tensor::alias(out, sizes, contiguous_strides(sizes), out.storage_offset());
+    out = ops::alias(out, sizes, contiguous_strides(sizes), out.storage_offset());
   }
   if (autograd::needs_grad({a, b})) {
     autograd::record(op, {a, b}, {out}, /*save=*/{a, b}, [](autograd::BackwardContext& ctx) {
@@ -185,7 +186,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
         if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
         ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = allow_tf32()});
       });
-  return Tensor::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
+  return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/loss_kernels.h"
 #include "nabla/ops/cuda/loss_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
@@ -55,10 +56,10 @@ void check_class_target(const char* op, const Tensor& input, const Tensor& targe
 // (N, C, S) and (N, S) aliases of dense row-major tensors.
 Tensor as_3d(const Tensor& t) {
   const int64_t n = t.size(0), c = t.size(1), s = t.numel() / std::max<int64_t>(n * c, 1);
-  return Tensor::alias(t, {n, c, s}, {c * s, s, 1}, t.storage_offset());
+  return ops::alias(t, {n, c, s}, {c * s, s, 1}, t.storage_offset());
 }
 Tensor as_2d(const Tensor& t, int64_t n, int64_t s) {
-  return Tensor::alias(t, {n, s}, {s, 1}, t.storage_offset());
+  return ops::alias(t, {n, s}, {s, 1}, t.storage_offset());
 }
 
 Tensor nll_pick_backward(const Tensor& grad, const Tensor& target, int64_t ignore_index,

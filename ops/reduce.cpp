@@ -12,6 +12,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
@@ -73,7 +74,7 @@ ReductionOutput allocate_output(const Tensor& x, const Shape& dims, bool keepdim
   }
   Tensor result = Tensor::empty(keepdim ? keep : dropped, {.dtype = dtype, .device = x.device()});
   // Size-1 dims take any stride, so the keepdim shape's contiguous strides address the same memory.
-  return {result, keepdim ? result : Tensor::alias(result, keep, contiguous_strides(keep), 0)};
+  return {result, keepdim ? result : ops::alias(result, keep, contiguous_strides(keep), 0)};
 }
 
 Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim, DType dtype,
@@ -205,7 +206,7 @@ Tensor arg_extreme(const Tensor& x, std::optional<int64_t> dim, bool keepdim, bo
   Tensor index = run_with_index(op, flat, {0}, false).second;
   if (!keepdim) return index;
   const Shape ones_shape(x.dim(), 1);
-  return Tensor::alias(index, ones_shape, ones_shape, 0);
+  return ops::alias(index, ones_shape, ones_shape, 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/iteration.h"
 
@@ -23,7 +24,7 @@ void copy_values(const Tensor& src, const Tensor& dst) {
 Tensor dense_copy(const Tensor& x, const std::vector<int64_t>& order) {
   Shape strides = dense_strides_in_order(x.sizes(), order);
   Tensor buffer = Tensor::empty({x.numel()}, {.dtype = x.dtype(), .device = x.device()});
-  Tensor view = Tensor::alias(buffer, x.sizes(), strides, 0);
+  Tensor view = ops::alias(buffer, x.sizes(), strides, 0);
   copy_values(x, view);
   return view;
 }
@@ -111,7 +112,7 @@ Tensor softmax_buffer(const ReduceLayout& layout, const Tensor& out) {
   for (int64_t d = 0; d < in.dim(); ++d) {
     if (in.size(d) != 1 && out.stride(d) != in.stride(d)) {
       Tensor flat = Tensor::empty({in.numel()}, {.dtype = in.dtype(), .device = in.device()});
-      return Tensor::alias(flat, in.sizes(), in.strides(), 0);
+      return ops::alias(flat, in.sizes(), in.strides(), 0);
     }
   }
   return out;
@@ -133,7 +134,7 @@ void ReductionPlan::finish() const {
 }
 
 void finish_output(const Tensor& buffer, const Tensor& out, const Shape& strides) {
-  if (!buffer.is_same(out)) copy_values(Tensor::alias(buffer, out.sizes(), strides, 0), out);
+  if (!buffer.is_same(out)) copy_values(ops::alias(buffer, out.sizes(), strides, 0), out);
 }
 
 }  // namespace nabla::ops

@@ -6,6 +6,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
@@ -21,7 +22,7 @@ Tensor empty_with_layout_of(const Tensor& x) {
     return Tensor::empty(x.sizes(), options);
   }
   // Dense strides address exactly numel elements from offset 0.
-  return Tensor::alias(Tensor::empty({x.numel()}, options), x.sizes(), x.strides(), 0);
+  return ops::alias(Tensor::empty({x.numel()}, options), x.sizes(), x.strides(), 0);
 }
 
 Tensor softmax_forward(const Tensor& x, int64_t dim_in, bool log) {

@@ -1,4 +1,4 @@
-// Views with autograd. Each computes new geometry over the same storage (Tensor::alias) and
+// Views with autograd. Each computes new geometry over the same storage (alias) and
 // records a backward that maps the gradient back to the input's shape. Views of a tensor that
 // requires grad are marked, so that in-place writes through them are refused (see
 // autograd::check_inplace) instead of silently bypassing the base's history.
@@ -9,6 +9,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/indexing.h"
@@ -20,7 +21,7 @@ namespace {
 
 Tensor make_view(const Tensor& x, const Shape& sizes, const Shape& strides, int64_t offset, const char* name,
                  autograd::BackwardFn backward) {
-  Tensor v = Tensor::alias(x, sizes, strides, offset);
+  Tensor v = ops::alias(x, sizes, strides, offset);
   if (autograd::needs_grad({x})) {
     autograd::record(name, {x}, {v}, {}, std::move(backward));
     v.impl()->autograd_meta().is_view_of_grad_tensor = true;

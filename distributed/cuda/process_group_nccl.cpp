@@ -1,3 +1,6 @@
+// The NCCL process group's collectives: each checks its tensors, builds a ticket (the NCCL call
+// and the event its inputs are ready at) and hands it to the group's state
+// (distributed/cuda/nccl_state.h), which launches it and watches it.
 #include "nabla/distributed/process_group_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -17,12 +20,11 @@
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/logging.h"
+#include "nabla/distributed/cuda/nccl_state.h"
 #include "nabla/ops/factory.h"
 
 namespace nabla::distributed {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 ncclDataType_t nccl_type(DType dtype, const char* collective) {
   switch (dtype) {
@@ -60,242 +62,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-std::string seconds(std::chrono::milliseconds t) {
-  return fmt::format("{:.1f} s", t.count() / 1e3);
-}
-
 // Communicators created so far in this process: every rank creates its groups in the same order,
 // so the count names the store key of the next group's NCCL id.
 std::atomic<int> groups_created{0};
 
 }  // namespace
-
-struct ProcessGroupNccl::State {
-  struct Pending {
-    std::shared_ptr<cuda::Event> done;
-    Clock::time_point start;
-    std::string what;
-  };
-
-  // One collective on its way to the communication stream (see launch_loop).
-  struct Ticket {
-    std::shared_ptr<cuda::Event> ready;  // on the caller's stream, where the collective's inputs are written
-    std::function<ncclResult_t(cudaStream_t)> call;
-    std::vector<Tensor> keep;  // alive until the collective is on the stream
-    std::string what;
-    std::shared_ptr<cuda::Event> done = std::make_shared<cuda::Event>();
-    bool claimed = false;   // under mutex: a thread has taken it to launch
-    bool launched = false;  // under mutex: it is on the stream, or it never will be (failure)
-  };
-
-  int rank = 0, size = 0, device = 0;
-  std::chrono::milliseconds timeout{};
-  ncclComm_t comm = nullptr;
-  cuda::Stream stream;  // the communication stream
-  std::mutex mutex;
-  bool failed = false;
-  std::string error;
-  std::vector<Pending> pending;
-  std::condition_variable wake;
-  bool stopping = false;
-  std::thread watchdog;
-  // NABLA_NCCL_LAUNCH=when-ready (the default): collectives go through the launcher thread
-  // (launch_loop); eager: straight onto the stream, behind a device-side wait.
-  bool launch_when_ready = true;
-  std::deque<std::shared_ptr<Ticket>> queue;  // under mutex
-  std::condition_variable queued, launch_done;
-  std::thread launcher;
-
-  void check_healthy(const std::string& what) {
-    std::lock_guard lock(mutex);
-    if (failed) throw CollectiveError(fmt::format("{}: the process group has failed: {}", what, error));
-  }
-
-  void abort(const std::string& reason) {
-    std::lock_guard lock(mutex);
-    if (failed) return;
-    failed = true;
-    error = reason;
-    pending.clear();
-    NABLA_LOG_WARN("aborting the NCCL communicator: {}", reason);
-    ncclCommAbort(comm);  // ends in-flight kernels; never blocks on the peers
-    launch_done.notify_all();
-  }
-
-  // In non-blocking mode a call may return ncclInProgress: poll until it settles or times out.
-  void settle(ncclResult_t result, const std::string& what) {
-    auto deadline = Clock::now() + timeout;
-    while (result == ncclInProgress) {
-      if (Clock::now() > deadline) {
-        abort(fmt::format("{} did not complete within {}", what, seconds(timeout)));
-        break;
-      }
-      std::this_thread::yield();
-      ncclCommGetAsyncError(comm, &result);
-    }
-    if (result != ncclSuccess && result != ncclInProgress) {
-      abort(fmt::format("{} failed: {} ({})", what, ncclGetErrorString(result), ncclGetLastError(comm)));
-    }
-    check_healthy(what);
-  }
-
-  // Note [Launching collectives when their inputs are ready]: a collective queued on the
-  // communication stream behind a wait for the compute stream leaves that stream's hardware queue
-  // blocked on a semaphore, and while one is blocked the GPU's front end dispatches every compute
-  // kernel more slowly: on the H200 the median gap between two compute kernels grew from 1.5 to
-  // 2.2 us for the whole step (a CUPTI trace, tools/cupti_trace), 0.6-0.8 ms per ResNet-50 step,
-  // since the host runs a whole backward ahead of the GPU and so queues every bucket's wait early.
-  // In when-ready mode the host queues nothing on the communication stream until the caller's
-  // stream has reached the collective's inputs: the launcher thread polls the oldest ticket's
-  // ready event, then calls NCCL with nothing left to wait for. The exceptions keep the host ahead
-  // of the device where it would otherwise idle: launch_pending() (DDP calls it for its last
-  // bucket, whose result the step needs next) and a wait() on the newest ticket put what is
-  // queued on the stream at once, behind device-side waits. Tickets go out strictly in queue
-  // order, the same on every rank: only the queue's front is ever claimed, and it leaves the
-  // queue once it is on the stream.
-  void launch_loop() {
-    NABLA_CUDA_CHECK(cudaSetDevice(device));
-    std::unique_lock lock(mutex);
-    for (;;) {
-      queued.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (queue.empty()) return;  // stopping, and nothing left to launch
-      std::shared_ptr<Ticket> t = queue.front();
-      if (!t->claimed) {
-        lock.unlock();
-        const bool ready = wait_ready(*t);
-        lock.lock();
-        if (t->claimed) continue;  // a waiter launches it
-        t->claimed = true;
-        lock.unlock();
-        if (ready) put_on_stream(*t, /*device_wait=*/false);
-        lock.lock();
-        finish_launch(t);
-      } else {
-        launch_done.wait(lock, [&] { return t->launched; });
-      }
-    }
-  }
-
-  // Polls until t's inputs are ready (true), or a waiter claimed it, the group failed or the
-  // timeout passed (false).
-  bool wait_ready(Ticket& t) {
-    auto deadline = Clock::now() + timeout;
-    for (;;) {
-      {
-        std::lock_guard lock(mutex);
-        if (failed || t.claimed) return false;
-      }
-      try {
-        if (t.ready->query()) return true;
-      } catch (const std::exception& e) {
-        abort(fmt::format("{}: the device failed before the collective: {}", t.what, e.what()));
-        return false;
-      }
-      if (Clock::now() > deadline) {
-        abort(fmt::format("{}: its inputs were not ready within {}", t.what, seconds(timeout)));
-        return false;
-      }
-      // A sleep, not a spin: the thread shares the host with the data loader's workers, and
-      // tens of microseconds are nothing against a backward pass.
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-  }
-
-  // Calls NCCL for t on the communication stream (device_wait: behind a device-side wait for its
-  // inputs). Only the thread that claimed t calls this. A failure aborts the group, and the
-  // waiters see it.
-  void put_on_stream(Ticket& t, bool device_wait) {
-    try {
-      if (device_wait) t.ready->block(stream);
-      settle(t.call(static_cast<cudaStream_t>(stream.handle())), t.what);
-      t.done->record(stream);
-      std::lock_guard lock(mutex);
-      pending.push_back({t.done, Clock::now(), t.what});
-    } catch (const std::exception& e) {
-      // settle has aborted the group already; any other failure (a CUDA error on the wait or
-      // the event) must too, or a waiter would take the unrecorded done event for a finished one.
-      abort(fmt::format("{} could not be launched: {}", t.what, e.what()));
-    }
-  }
-
-  // Under mutex: t, the front, is on the stream (or the group failed).
-  void finish_launch(const std::shared_ptr<Ticket>& t) {
-    queue.pop_front();
-    t->launched = true;
-    t->keep.clear();  // from here the allocator's record_stream guards the memory
-    launch_done.notify_all();
-  }
-
-  // Puts every queued ticket on the communication stream now, in order, behind device-side
-  // waits (a ticket the launcher thread is launching is waited for).
-  void flush() {
-    std::unique_lock lock(mutex);
-    while (!queue.empty() && !failed) {
-      std::shared_ptr<Ticket> t = queue.front();
-      if (t->claimed) {
-        launch_done.wait(lock, [&] { return t->launched || failed; });
-        continue;
-      }
-      t->claimed = true;
-      lock.unlock();
-      put_on_stream(*t, /*device_wait=*/true);
-      lock.lock();
-      finish_launch(t);
-    }
-  }
-
-  // Blocks the host until `t` is on the communication stream (or throws if the group failed).
-  // The newest ticket is flushed at once (see the note above).
-  void ensure_launched(const std::shared_ptr<Ticket>& t) {
-    bool newest = false;
-    {
-      std::lock_guard lock(mutex);
-      newest = !t->launched && !queue.empty() && queue.back() == t;
-    }
-    if (newest) flush();
-    std::unique_lock lock(mutex);
-    const bool in_time = launch_done.wait_for(lock, timeout, [&] { return t->launched || failed; });
-    if (failed) throw CollectiveError(fmt::format("{}: the process group has failed: {}", t->what, error));
-    if (!in_time) {
-      lock.unlock();
-      const std::string reason = fmt::format("{} was not launched within {}", t->what, seconds(timeout));
-      abort(reason);
-      throw CollectiveError(reason);
-    }
-  }
-
-  void watch() {
-    NABLA_CUDA_CHECK(cudaSetDevice(device));
-    std::unique_lock lock(mutex);
-    while (!stopping) {
-      wake.wait_for(lock, std::chrono::milliseconds(50));
-      if (stopping || failed) continue;
-      std::erase_if(pending, [](const Pending& p) {
-        try {
-          return p.done->query();
-        } catch (const std::exception&) {
-          return false;  // a sticky error; the async-error check below reports it
-        }
-      });
-      std::string reason;
-      if (!pending.empty() && Clock::now() - pending.front().start > timeout) {
-        reason = fmt::format("{} did not complete within {}; a peer rank may have died or hung",
-                             pending.front().what, seconds(timeout));
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
-      if (reason.empty() && async != ncclSuccess && async != ncclInProgress) {
-        reason =
-            fmt::format("rank {}: NCCL reported an asynchronous error: {}", rank, ncclGetErrorString(async));
-      }
-      if (!reason.empty()) {
-        lock.unlock();
-        abort(reason);
-        lock.lock();
-      }
-    }
-  }
-};
 
 namespace {
 
@@ -324,7 +95,8 @@ class NcclWork : public Work {
       state_->check_healthy(ticket_->what);
       if (ticket_->done->query()) return;
       if (Clock::now() > deadline) {
-        std::string reason = fmt::format("{} did not complete within {}", ticket_->what, seconds(timeout));
+        std::string reason =
+            fmt::format("{} did not complete within {}", ticket_->what, format_seconds(timeout));
         state_->abort(reason);
         throw CollectiveError(reason);
       }

@@ -206,7 +206,7 @@ struct Function {
       const Tensor& out = outputs[i];
       if (!out.defined() || Context::contains(ctx->non_differentiable_, out)) continue;
       if (Context::contains(ctx->dirty_, out)) {
-        Tensor alias = Tensor::alias(out, out.sizes(), out.strides(), out.storage_offset());
+        Tensor alias = out.detach();
         for (auto& s : save) {
           if (s.defined() && s.is_same(out)) s = alias;
         }

@@ -79,7 +79,7 @@ void check_inplace(const Tensor& self, const char* op) {
               "wrap the update in a NoGradGuard, or use an out-of-place op",
               op, describe(self));
   NABLA_CHECK(
-      !self.impl()->autograd->is_view_of_grad_tensor,
+      !self.impl()->autograd_if_any()->is_view_of_grad_tensor,
       "{}: in-place modification of a view of a tensor that requires grad is not supported; its base's "
       "history would miss the write. Use the out-of-place op, or clone() the view first",
       op);

@@ -10,6 +10,7 @@
 
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cpu/loops.h"
+#include "nabla/ops/detail/alias.h"
 
 namespace nabla::ops::cpu {
 
@@ -22,7 +23,7 @@ Shape erase_dim(Shape sizes, int64_t dim) {
 
 // `t` at coordinate 0 along `dim`, with that dim removed and the given (broadcast-free) sizes.
 Tensor without_dim(const Tensor& t, int64_t dim, const Shape& rest_sizes) {
-  return Tensor::alias(t, rest_sizes, erase_dim(t.strides(), dim), t.storage_offset());
+  return ops::alias(t, rest_sizes, erase_dim(t.strides(), dim), t.storage_offset());
 }
 
 template <typename T>

@@ -54,6 +54,7 @@
 #include "nabla/ops/cuda/cudnn_descriptors.h"
 #include "nabla/ops/cuda/kernels.h"
 #include "nabla/ops/cuda/linalg_kernels.h"
+#include "nabla/ops/detail/alias.h"
 
 namespace nabla::ops::cuda {
 
@@ -419,12 +420,12 @@ bool is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p) 
 
 // (N, C, H, W) channels_last as the (N H W, C) row-major matrix it is in memory.
 Tensor pixel_rows(const Tensor& t) {
-  return Tensor::alias(t, {t.size(0) * t.size(2) * t.size(3), t.size(1)}, {t.size(1), 1}, t.storage_offset());
+  return ops::alias(t, {t.size(0) * t.size(2) * t.size(3), t.size(1)}, {t.size(1), 1}, t.storage_offset());
 }
 
 // A 1x1 weight (O, C, 1, 1), dense in either layout, as the (O, C) row-major matrix.
 Tensor weight_matrix(const Tensor& w) {
-  return Tensor::alias(w, {w.size(0), w.size(1)}, {w.size(1), 1}, w.storage_offset());
+  return ops::alias(w, {w.size(0), w.size(1)}, {w.size(1), 1}, w.storage_offset());
 }
 
 }  // namespace
@@ -439,7 +440,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
-    Tensor b = Tensor::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
+    Tensor b = ops::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
     binary(BinaryOp::Add, y, b, y, 1.0);
   }
 }

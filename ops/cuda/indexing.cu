@@ -17,6 +17,7 @@
 #include "nabla/ops/cuda/common.cuh"
 #include "nabla/ops/cuda/indexing_kernels.h"
 #include "nabla/ops/cuda/reduce_kernels.h"
+#include "nabla/ops/detail/alias.h"
 
 namespace nabla::ops::cuda {
 
@@ -228,8 +229,8 @@ std::pair<int64_t, int64_t> index_range(const Tensor& index) {
     for (int64_t k = 0; k < index.dim(); ++k) d[k] = k;
     return d;
   }();
-  cuda::reduce(ReduceOp::Min, index, all_dims, Tensor::alias(both, ones, ones, 0));
-  cuda::reduce(ReduceOp::Max, index, all_dims, Tensor::alias(both, ones, ones, 1));
+  cuda::reduce(ReduceOp::Min, index, all_dims, ops::alias(both, ones, ones, 0));
+  cuda::reduce(ReduceOp::Max, index, all_dims, ops::alias(both, ones, ones, 1));
   int64_t host[2];
   nabla::cuda::copy_bytes(host, Device::cpu(), both.data_ptr(), both.device(), sizeof(host));
   return {host[0], host[1]};

@@ -43,7 +43,7 @@ TEST(Tensor, FromBlobBorrowsAndDataPtrChecksTheType) {
   Tensor t = Tensor::from_blob(data, {2, 3});
   EXPECT_EQ(t.data_ptr<float>(), data);
   EXPECT_NABLA_ERROR(t.data_ptr<double>(), "data_ptr<float64>()", "float32 tensor");
-  Tensor a = Tensor::alias(t, {3}, {2}, 1);  // every other element from the second
+  Tensor a = t.as_strided({3}, {2}, 1);  // every other element from the second
   EXPECT_EQ(a.storage().get(), t.storage().get());
   EXPECT_EQ(*static_cast<float*>(a.data_ptr()), 2.0f);
 }

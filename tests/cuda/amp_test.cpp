@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -161,8 +162,25 @@ Curve train_resnet18(const nb::nn::StateDict& init, bool autocast_on, nb::DType 
   return curve;
 }
 
+// cuDNN's deterministic algorithms, chosen by heuristics: 40 steps of SGD amplify any run-to-run
+// difference, so without this the fp16-fp32 gap moved between calls on the same build.
+struct DeterministicConvolutions {
+  bool deterministic = nb::cudnn_deterministic(), benchmark = nb::cudnn_benchmark();
+  DeterministicConvolutions() {
+    nb::set_cudnn_deterministic(true);
+    nb::set_cudnn_benchmark(false);
+  }
+  ~DeterministicConvolutions() {
+    nb::set_cudnn_deterministic(deterministic);
+    nb::set_cudnn_benchmark(benchmark);
+  }
+  DeterministicConvolutions(const DeterministicConvolutions&) = delete;
+  DeterministicConvolutions& operator=(const DeterministicConvolutions&) = delete;
+};
+
 void expect_follows_fp32(nb::DType dtype) {
   Fp32Exact fp32_exact;
+  DeterministicConvolutions deterministic;
   nb::manual_seed(test_seed());
   auto init = models::resnet18({.num_classes = 10, .in_channels = 1, .small_input_stem = true});
   const nb::nn::StateDict weights = init->state_dict();
@@ -178,7 +196,9 @@ void expect_follows_fp32(nb::DType dtype) {
     gap += std::abs(amp.losses[i] - fp32.losses[i]);
     mean += fp32.losses[i];
   }
-  EXPECT_LT(gap, 0.1 * mean);
+  EXPECT_LT(gap, 0.1 * mean) << "summed |amp - fp32| loss gap over " << fp32.losses.size() << " steps";
+  std::printf("[ info ] %s: summed loss gap %.3f, allowance %.3f\n",
+              std::string(nb::dtype_name(dtype)).c_str(), gap, 0.1 * mean);
   EXPECT_LT(fp32.losses.back(), 0.3 * fp32.losses.front());
   EXPECT_LT(amp.losses.back(), 0.3 * amp.losses.front());
   // channels_last end to end on CUDA: not one tensor changed memory format in a whole step.
