@@ -154,8 +154,8 @@ uint32_t Tensor::output_nr() const {
 
 Tensor Tensor::detach() const {
   const auto& impl = checked();
-  return Tensor(
-      std::make_shared<TensorImpl>(impl.storage(), impl.offset(), impl.sizes(), impl.strides(), impl.dtype()));
+  return Tensor(std::make_shared<TensorImpl>(impl.storage(), impl.offset(), impl.sizes(), impl.strides(),
+                                             impl.dtype()));
 }
 
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {

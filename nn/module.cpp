@@ -65,16 +65,31 @@ void Module::collect(const std::string& prefix, bool recurse, bool want_paramete
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", true, want_parameters, out);
 }
 
+namespace {
+
+// Note [Tied parameters]: two registered members may hold one tensor (a language model's output
+// layer tied to its embedding: `lm_head.weight = wte.weight`). Listings keep its first name only,
+// so parameters() and every optimizer see it once; state_dict() keeps every name, all sharing the
+// storage, as PyTorch's do; to() converts it once and gives every holder the same result; and a
+// strict load_state_dict accepts a dict that names any one of its holders.
+std::vector<std::pair<std::string, Tensor>> first_of_each(std::vector<std::pair<std::string, Tensor>> all) {
+  std::set<const TensorImpl*> seen;
+  std::erase_if(all, [&](const auto& named) { return !seen.insert(named.second.impl()).second; });
+  return all;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, Tensor>> Module::named_parameters(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
   collect("", recurse, true, out);
-  return out;
+  return first_of_each(std::move(out));
 }
 
 std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) const {
   std::vector<std::pair<std::string, Tensor>> out;
   collect("", recurse, false, out);
-  return out;
+  return first_of_each(std::move(out));
 }
 
 std::vector<Tensor> Module::parameters(bool recurse) const {
@@ -115,19 +130,30 @@ Module& Module::train(bool on) {
 
 void Module::convert_tensors(const std::function<Tensor(const Tensor&)>& convert) {
   NoGradGuard no_grad;
-  for (auto& [_, t] : parameters_) {
-    if (!t->defined()) continue;
-    bool requires_grad = t->requires_grad();
-    Tensor converted = convert(*t).detach();
-    if (!converted.is_same(*t)) {
-      *t = converted;
-      t->requires_grad_(requires_grad);
+  std::map<const TensorImpl*, Tensor> done;  // a tied tensor converts once (Note [Tied parameters])
+  convert_tree(convert, done);
+}
+
+void Module::convert_tree(const std::function<Tensor(const Tensor&)>& convert,
+                          std::map<const TensorImpl*, Tensor>& done) {
+  auto once = [&](Tensor& t, bool parameter) {
+    if (!t.defined()) return;
+    if (auto it = done.find(t.impl()); it != done.end()) {
+      t = it->second;
+      return;
     }
-  }
-  for (auto& [_, t] : buffers_) {
-    if (t->defined()) *t = convert(*t);
-  }
-  for (auto& [_, child] : children_) child->convert_tensors(convert);
+    const TensorImpl* before = t.impl();
+    const bool requires_grad = t.requires_grad();
+    Tensor converted = parameter ? convert(t).detach() : convert(t);
+    if (!converted.is_same(t)) {
+      t = converted;
+      if (parameter) t.requires_grad_(requires_grad);
+    }
+    done.emplace(before, t);
+  };
+  for (auto& [_, t] : parameters_) once(*t, /*parameter=*/true);
+  for (auto& [_, t] : buffers_) once(*t, /*parameter=*/false);
+  for (auto& [_, child] : children_) child->convert_tree(convert, done);
 }
 
 Module& Module::to(Device device) {
@@ -173,17 +199,27 @@ Module& Module::apply(const std::function<void(Module&)>& fn) {
 }
 
 StateDict Module::state_dict() const {
+  // Every name, tied ones included (Note [Tied parameters]).
+  std::vector<std::pair<std::string, Tensor>> parameters, buffers;
+  collect("", true, true, parameters);
+  collect("", true, false, buffers);
   StateDict out;
-  for (auto& [name, t] : named_parameters()) out.emplace(name, t.detach());
-  for (auto& [name, t] : named_buffers()) out.emplace(name, t);
+  for (auto& [name, t] : parameters) out.emplace(name, t.detach());
+  for (auto& [name, t] : buffers) out.emplace(name, t);
   return out;
 }
 
 LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
-  auto own = named_parameters();
-  auto own_buffers = named_buffers();
+  std::vector<std::pair<std::string, Tensor>> own, own_buffers;
+  collect("", true, true, own);
+  collect("", true, false, own_buffers);
   own.insert(own.end(), own_buffers.begin(), own_buffers.end());
 
+  // A tied tensor is loaded when the dict names any one of its holders.
+  std::set<const TensorImpl*> named_in_dict;
+  for (const auto& [name, t] : own) {
+    if (dict.count(name)) named_in_dict.insert(t.impl());
+  }
   LoadResult result;
   std::vector<std::string> wrong_shape;
   std::set<std::string> own_names;
@@ -191,7 +227,7 @@ LoadResult Module::load_state_dict(const StateDict& dict, bool strict) {
     own_names.insert(name);
     auto it = dict.find(name);
     if (it == dict.end()) {
-      result.missing_keys.push_back(name);
+      if (!named_in_dict.count(t.impl())) result.missing_keys.push_back(name);
     } else if (!it->second.defined() || it->second.sizes() != t.sizes()) {
       wrong_shape.push_back(fmt::format("{} (model {}, given {})", name, shape_str(t.sizes()),
                                         it->second.defined() ? shape_str(it->second.sizes()) : "undefined"));

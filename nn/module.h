@@ -14,6 +14,11 @@
 // nesting ("layer1.0.conv1.weight") and listed in registration order, as PyTorch does.
 // to(device / dtype / memory_format) replaces the registered tensors with converted ones (new
 // leaves; gradients are dropped), so move a model before handing its parameters to an optimizer.
+//
+// Tying: two members may hold one parameter (`lm_head.weight = wte.weight;` after construction).
+// parameters() lists it once, under its first name; state_dict() lists it under both names,
+// sharing storage, as PyTorch does; to() keeps the tie; loading a dict that names either holder
+// restores it (Note [Tied parameters] in module.cpp).
 #pragma once
 
 #include <functional>
@@ -59,7 +64,8 @@ class Module {
   virtual Tensor forward(const Tensor& x);
   Tensor operator()(const Tensor& x) { return forward(x); }
 
-  // Dotted names in registration order: own entries first, then each child's.
+  // Dotted names in registration order: own entries first, then each child's. A tensor held by
+  // several members (tied) is listed once, under its first name.
   std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
   std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
   std::vector<Tensor> parameters(bool recurse = true) const;
@@ -107,8 +113,11 @@ class Module {
 
  private:
   void check_new_name(const std::string& name) const;
+  // Every registered name, tied tensors under each of their names.
   void collect(const std::string& prefix, bool recurse, bool want_parameters,
                std::vector<std::pair<std::string, Tensor>>& out) const;
+  void convert_tree(const std::function<Tensor(const Tensor&)>& convert,
+                    std::map<const TensorImpl*, Tensor>& done);
 
   bool training_ = true;
   std::vector<std::pair<std::string, Tensor*>> parameters_;

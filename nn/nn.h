@@ -1,6 +1,7 @@
 // Public header. The nn library: Module, containers, layers, initializers and models.
 #pragma once
 
+#include "nabla/nn/attention.h"
 #include "nabla/nn/checkpoint.h"
 #include "nabla/nn/containers.h"
 #include "nabla/nn/init.h"

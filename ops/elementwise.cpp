@@ -302,6 +302,19 @@ Tensor expm1(const Tensor& x_in) {  // d (exp(x) - 1) = exp(x) = y + 1
                   [](BackwardContext& c) { return TensorList{c.grad() * (c.saved[0] + 1.0)}; });
 }
 
+Tensor sin(const Tensor& x_in) {  // d sin(x) = cos(x)
+  // Autocast: float32, as exp (rotary tables need the precision).
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
+  return unary_op(UnaryOp::Sin, x, "sin", "SinBackward", Save::input,
+                  [](BackwardContext& c) { return TensorList{c.grad() * cos(c.saved[0])}; });
+}
+
+Tensor cos(const Tensor& x_in) {  // d cos(x) = -sin(x)
+  const Tensor x = ops::autocast_one(ops::AutocastCategory::Float32, x_in);
+  return unary_op(UnaryOp::Cos, x, "cos", "CosBackward", Save::input,
+                  [](BackwardContext& c) { return TensorList{c.grad() * sin(c.saved[0]) * -1.0}; });
+}
+
 Tensor erf(const Tensor& x) {  // d erf(x) = 2 / sqrt(pi) * exp(-x^2)
   return unary_op(UnaryOp::Erf, x, "erf", "ErfBackward", Save::input, [](BackwardContext& c) {
     const Tensor& v = c.saved[0];

@@ -36,6 +36,8 @@ Tensor reciprocal(const Tensor& x);
 Tensor relu(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor tanh(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
 Tensor erf(const Tensor& x);  // the error function, 2/sqrt(pi) * integral of exp(-t^2) from 0 to x
 struct GeluOptions {
   bool tanh_approximation = false;  // the "tanh" approximation of PyTorch's approximate='tanh'

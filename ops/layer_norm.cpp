@@ -1,7 +1,9 @@
-// layer_norm front end. The normalized trailing dims are one row of D elements, so the kernels
-// (ops/cpu/norm.cpp, ops/cuda/layer_norm.cu) see a contiguous (rows, D) matrix and keep the
-// per-row mean and 1 / std for the backward, which is one fused kernel per backend.
+// layer_norm and rms_norm front end. The normalized trailing dims are one row of D elements, so
+// the kernels (ops/cpu/norm.cpp, ops/cuda/layer_norm.cu) see a contiguous (rows, D) matrix and
+// keep the per-row mean (0 for RMS norm) and 1 / std for the backward, which is one fused kernel
+// per backend. RMS norm is layer norm without the centring, so both share every kernel.
 #include <cmath>
+#include <limits>
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
@@ -13,24 +15,30 @@
 namespace nabla {
 
 using autograd::BackwardContext;
+using ops::cpu::RowNorm;
 
 namespace {
+
+const char* name_of(RowNorm kind) {
+  return kind == RowNorm::Layer ? "layer_norm" : "rms_norm";
+}
 
 DType stats_dtype(DType x) {
   return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
 }
 
-void check_affine(const Tensor& t, const char* name, const Tensor& x, const Shape& normalized_shape) {
+void check_affine(RowNorm kind, const Tensor& t, const char* name, const Tensor& x,
+                  const Shape& normalized_shape) {
   if (!t.defined()) return;
   NABLA_CHECK(t.sizes() == normalized_shape && t.dtype() == x.dtype() && t.device() == x.device(),
-              "layer_norm: expected {} of shape {} with the input's dtype and device ({}), got {}", name,
-              shape_str(normalized_shape), describe(x), describe(t));
+              "{}: expected {} of shape {} with the input's dtype and device ({}), got {}", name_of(kind),
+              name, shape_str(normalized_shape), describe(x), describe(t));
 }
 
 // dx, dweight, dbias from one kernel; its result has no derivative of its own.
 TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight, const Tensor& mean,
                                const Tensor& rstd, const Shape& normalized_shape,
-                               const std::vector<bool>& needs) {
+                               const std::vector<bool>& needs, RowNorm kind) {
   Tensor dx, dweight, dbias;
   {
     NoGradGuard no_grad;
@@ -45,44 +53,42 @@ TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         "layer_norm_backward", x,
         [&] {
           ops::cpu::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
-                                        flat(dweight), flat(dbias));
+                                        flat(dweight), flat(dbias), kind);
         },
         [&] {
           ops::cuda::layer_norm_backward(rows_of(dy), rows_of(x), flat(weight), mean, rstd, rows_of(dx),
-                                         flat(dweight), flat(dbias));
+                                         flat(dweight), flat(dbias), kind);
         });
   }
   if (autograd::needs_grad({grad, x, weight})) {
     autograd::record("layer_norm_backward", {grad, x, weight}, {dx, dweight, dbias}, {},
                      [](BackwardContext&) -> TensorList {
                        NABLA_CHECK(false,
-                                   "layer_norm_backward: double backward through this op is not supported");
+                                   "layer_norm_backward: double backward through layer_norm and rms_norm is "
+                                   "not supported");
                        return {};
                      });
   }
   return {dx, dweight, dbias};
 }
 
-}  // namespace
-
-Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg,
-                  const Tensor& bias_arg, LayerNormOptions options) {
-  const double eps = options.eps;
+Tensor row_norm(RowNorm kind, const Tensor& x_arg, const Shape& normalized_shape, const Tensor& weight_arg,
+                const Tensor& bias_arg, double eps) {
+  const char* op = name_of(kind);
   // Autocast: float32 (statistics and output).
   const auto [x_in, weight_in, bias_in] =
       ops::autocast(ops::AutocastCategory::Float32, {x_arg, weight_arg, bias_arg});
-  ops::check_defined("layer_norm", x_in, "input");
-  NABLA_CHECK(x_in.is_floating_point(), "layer_norm: expected a floating-point input, got {}",
-              describe(x_in));
+  ops::check_defined(op, x_in, "input");
+  NABLA_CHECK(x_in.is_floating_point(), "{}: expected a floating-point input, got {}", op, describe(x_in));
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
-  NABLA_CHECK(k > 0, "layer_norm: normalized_shape must name at least one trailing dim, got []");
+  NABLA_CHECK(k > 0, "{}: normalized_shape must name at least one trailing dim, got []", op);
   bool matches = x_in.dim() >= k;
   for (int64_t i = 0; matches && i < k; ++i) matches = x_in.size(x_in.dim() - k + i) == normalized_shape[i];
-  NABLA_CHECK(matches, "layer_norm: normalized_shape {} must match the last dims of the input {}",
+  NABLA_CHECK(matches, "{}: normalized_shape {} must match the last dims of the input {}", op,
               shape_str(normalized_shape), describe(x_in));
-  NABLA_CHECK(eps > 0 && std::isfinite(eps), "layer_norm: expected eps > 0, got {}", eps);
-  check_affine(weight_in, "weight", x_in, normalized_shape);
-  check_affine(bias_in, "bias", x_in, normalized_shape);
+  NABLA_CHECK(eps > 0 && std::isfinite(eps), "{}: expected eps > 0, got {}", op, eps);
+  check_affine(kind, weight_in, "weight", x_in, normalized_shape);
+  check_affine(kind, bias_in, "bias", x_in, normalized_shape);
 
   const Tensor x = x_in.contiguous();
   const Tensor weight = weight_in.defined() ? weight_in.contiguous() : weight_in;
@@ -97,18 +103,36 @@ Tensor layer_norm(const Tensor& x_arg, const Shape& normalized_shape, const Tens
     const Tensor x2 = x.view({rows, D}), y2 = y.view({rows, D});
     const Tensor w = weight.defined() ? weight.view({D}) : weight, b = bias.defined() ? bias.view({D}) : bias;
     ops::dispatch(
-        "layer_norm_forward", x, [&] { ops::cpu::layer_norm_forward(x2, w, b, eps, y2, mean, rstd); },
-        [&] { ops::cuda::layer_norm_forward(x2, w, b, eps, y2, mean, rstd); });
+        op, x, [&] { ops::cpu::layer_norm_forward(x2, w, b, eps, y2, mean, rstd, kind); },
+        [&] { ops::cuda::layer_norm_forward(x2, w, b, eps, y2, mean, rstd, kind); });
   }
   if (autograd::needs_grad({x, weight, bias})) {
-    autograd::record("LayerNormBackward", {x, weight, bias}, {y}, {x, weight, mean, rstd},
-                     [normalized_shape](BackwardContext& ctx) {
+    autograd::record(kind == RowNorm::Layer ? "LayerNormBackward" : "RMSNormBackward", {x, weight, bias}, {y},
+                     {x, weight, mean, rstd}, [normalized_shape, kind](BackwardContext& ctx) {
                        const auto& s = ctx.saved;
                        return layer_norm_backward(ctx.grad(), s[0], s[1], s[2], s[3], normalized_shape,
-                                                  ctx.needs_input_grad);
+                                                  ctx.needs_input_grad, kind);
                      });
   }
   return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  LayerNormOptions options) {
+  return row_norm(RowNorm::Layer, x, normalized_shape, weight, bias, options.eps);
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                RMSNormOptions options) {
+  // PyTorch's default eps is the machine epsilon of the input's dtype (torch.finfo(x.dtype).eps).
+  const double machine_eps = !x.defined()             ? 0.0
+                             : x.dtype() == kBFloat16 ? 0x1p-7
+                             : x.dtype() == kFloat16  ? 0x1p-10
+                             : x.dtype() == kFloat64  ? std::numeric_limits<double>::epsilon()
+                                                      : std::numeric_limits<float>::epsilon();
+  return row_norm(RowNorm::Rms, x, normalized_shape, weight, {}, options.eps.value_or(machine_eps));
 }
 
 }  // namespace nabla

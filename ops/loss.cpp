@@ -1,5 +1,9 @@
 // Loss front ends: cross_entropy, nll_loss, mse_loss and binary_cross_entropy_with_logits.
 //
+// cross_entropy on (N, C) logits runs fused kernels (ops/cpu/loss.cpp, ops/cuda/cross_entropy.cu):
+// one pass per row, 16-bit logits read as they are, only a per-row log-sum-exp kept for the
+// backward. Other shapes (N, C, d1, ...) compose log_softmax and the pick below.
+//
 // The losses are compositions of differentiable ops (log_softmax, mean, where, sigmoid, ...), so
 // they run on every backend and support create_graph. One piece has its own kernels: picking
 // -logp at each target (`nll_pick`), with ignore_index handled in the kernel. A gather would do
@@ -161,13 +165,79 @@ Tensor softplus_neg(const Tensor& x) {
   return log(1.0 + exp(-abs(x))) + relu(-x);
 }
 
+// The gradient of fused_cross_entropy's per-row loss, written with differentiable ops (for
+// create_graph): g * (softmax(x) - (1 - e) * onehot(t) - e / C) on rows not ignored.
+Tensor cross_entropy_grad_ops(const Tensor& g, const Tensor& x, const Tensor& t,
+                              const CrossEntropyOptions& o) {
+  const Tensor xf = x.to(g.dtype());
+  const int64_t C = x.size(1);
+  const Tensor classes = arange(static_cast<double>(C), {.dtype = kInt64, .device = x.device()}).unsqueeze(0);
+  const Tensor onehot = eq(classes, t.unsqueeze(1)).to(g.dtype());
+  const Tensor kept = ne(t, static_cast<double>(o.ignore_index)).to(g.dtype()).unsqueeze(1);
+  const double e = o.label_smoothing;
+  return (softmax(xf, 1) - onehot * (1.0 - e) - e / static_cast<double>(C)) * kept * g.unsqueeze(1);
+}
+
+// Per-row losses (N) of (N, C) logits, in the compute dtype (float32 for 16-bit logits), from one
+// fused kernel per backend; the backward recomputes softmax from the saved log-sum-exp.
+Tensor fused_cross_entropy(const Tensor& logits, const Tensor& t, const CrossEntropyOptions& o) {
+  const Tensor x = logits.contiguous();
+  const int64_t N = x.size(0);
+  const TensorOptions stats{.dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32, .device = x.device()};
+  Tensor loss = Tensor::empty({N}, stats), lse = Tensor::empty({N}, stats);
+  const Tensor target = t.contiguous();
+  ops::dispatch(
+      "cross_entropy", x,
+      [&] {
+        const auto bad =
+            ops::cpu::cross_entropy_forward(x, target, o.ignore_index, o.label_smoothing, loss, lse);
+        NABLA_CHECK(
+            !bad,
+            "cross_entropy: target {} is out of range for {} classes of input {} (expected 0 <= target < "
+            "{}, or ignore_index {})",
+            bad.value_or(0), x.size(1), describe(x), x.size(1), o.ignore_index);
+      },
+      [&] { ops::cuda::cross_entropy_forward(x, target, o.ignore_index, o.label_smoothing, loss, lse); });
+  if (autograd::needs_grad({x})) {
+    autograd::record("CrossEntropyBackward", {x}, {loss}, {x, target, lse},
+                     [o](autograd::BackwardContext& c) {
+                       const Tensor& xs = c.saved[0];
+                       if (GradMode::is_enabled())
+                         return TensorList{cross_entropy_grad_ops(c.grad(), xs, c.saved[1], o)};
+                       Tensor dx = Tensor::empty(xs.sizes(), xs.options());
+                       const Tensor g = c.grad().contiguous();
+                       ops::dispatch(
+                           "cross_entropy_backward", xs,
+                           [&] {
+                             ops::cpu::cross_entropy_backward(g, xs, c.saved[1], c.saved[2], o.ignore_index,
+                                                              o.label_smoothing, dx);
+                           },
+                           [&] {
+                             ops::cuda::cross_entropy_backward(g, xs, c.saved[1], c.saved[2], o.ignore_index,
+                                                               o.label_smoothing, dx);
+                           });
+                       return TensorList{dx};
+                     });
+  }
+  return loss;
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits_in, const Tensor& target, const CrossEntropyOptions& o) {
-  // Autocast: float32 (as every loss).
-  const Tensor logits = ops::autocast_one(ops::AutocastCategory::Float32, logits_in);
   NABLA_CHECK(o.label_smoothing >= 0.0 && o.label_smoothing <= 1.0,
               "cross_entropy: expected label_smoothing in [0, 1], got {}", o.label_smoothing);
+  // (N, C) logits take the fused kernels, which read 16-bit logits as they are and compute in
+  // float32: autocast's float32 policy holds without the float32 copy.
+  if (logits_in.defined() && logits_in.dim() <= 2) {
+    const DType result = ops::autocast_dtype(ops::AutocastCategory::Float32, logits_in);
+    return unbatched_or(logits_in, target, o.reduction, [&](const Tensor& x, const Tensor& t) {
+      check_class_target("cross_entropy", x, t);
+      return reduce_class_loss(fused_cross_entropy(x, t, o).to(result), t, o.ignore_index, o.reduction);
+    });
+  }
+  // Autocast: float32 (as every loss).
+  const Tensor logits = ops::autocast_one(ops::AutocastCategory::Float32, logits_in);
   return unbatched_or(logits, target, o.reduction, [&](const Tensor& x, const Tensor& t) {
     check_class_target("cross_entropy", x, t);
     const Tensor logp = log_softmax(x, 1);

@@ -1,9 +1,10 @@
 // Public header. Batch normalization (plain, and fused with ReLU or with a residual add and ReLU)
-// and layer normalization.
+// and layer and RMS normalization.
 //
 //   nabla::Tensor y = nabla::batch_norm(x, w, b, running_mean, running_var, {.training = true});
 //   nabla::Tensor z = nabla::batch_norm_add_relu(x, shortcut, w, b, running_mean, running_var);
 //   nabla::Tensor h = nabla::layer_norm(x, {768}, gamma, beta);
+//   nabla::Tensor r = nabla::rms_norm(x, {768}, gamma, {.eps = 1e-6});
 //
 // batch_norm takes x of shape (N, C) or (N, C, *) and normalizes each channel over every other
 // dim. In training it uses the batch statistics and, when running stats are given, updates them
@@ -21,6 +22,8 @@
 // contiguous input. Elsewhere (eval, the CPU, channels_last float32/float64) they compose
 // batch_norm, add and relu, with the same results.
 #pragma once
+
+#include <optional>
 
 #include "nabla/core/tensor.h"
 
@@ -52,5 +55,15 @@ struct LayerNormOptions {
 };
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, LayerNormOptions options = {});
+
+// Root-mean-square normalization over the trailing dims, as torch.nn.functional.rms_norm:
+// y = x / sqrt(mean(x^2) + eps) * weight. weight has shape normalized_shape and x's dtype, or is
+// undefined. Float16/bfloat16 compute in float32. It runs on layer norm's kernels without the
+// centring (one fused kernel per pass on each backend).
+struct RMSNormOptions {
+  std::optional<double> eps;  // > 0; default: the machine epsilon of x's dtype, as PyTorch
+};
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                RMSNormOptions options = {});
 
 }  // namespace nabla

@@ -1,6 +1,7 @@
 // Public header. Every tensor operation.
 #pragma once
 
+#include "nabla/ops/attention.h"
 #include "nabla/ops/autograd/custom_function.h"
 #include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
@@ -14,8 +15,12 @@
 #include "nabla/ops/indexing.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/loss.h"
+#include "nabla/ops/masking.h"
 #include "nabla/ops/norm.h"
+#include "nabla/ops/pad.h"
 #include "nabla/ops/pool.h"
 #include "nabla/ops/reduce.h"
+#include "nabla/ops/sampling.h"
 #include "nabla/ops/softmax.h"
+#include "nabla/ops/sort.h"
 #include "nabla/ops/view.h"

@@ -32,6 +32,10 @@ std::pair<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim = false
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 
+// The running sum along dim: out[..., i, ...] = x[..., 0, ...] + ... + x[..., i, ...]. Floating x
+// keeps its dtype (16-bit types add in float32); integer and bool x give int64, as in PyTorch.
+Tensor cumsum(const Tensor& x, int64_t dim);
+
 // Sums a broadcast gradient back to `sizes` (the inverse of expand); returns x itself when the
 // shapes already match. Used by every broadcasting op's backward.
 Tensor sum_to(const Tensor& x, const Shape& sizes);

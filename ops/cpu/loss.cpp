@@ -1,11 +1,22 @@
 // CPU negative log-likelihood pick (forward) and its scatter (backward, written as a gather
 // over every element of grad_logp so that no zero-fill pass is needed).
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/loss_kernels.h"
 
 namespace nabla::ops::cpu {
+
+namespace {
+
+// The dtype of cross_entropy's per-row loss and log-sum-exp: float64 for float64 logits, float32
+// otherwise (as the front end allocates them).
+template <typename T>
+using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+}  // namespace
 
 std::optional<int64_t> nll_forward(const Tensor& logp, const Tensor& target, int64_t ignore_index,
                                    const Tensor& out) {
@@ -41,6 +52,62 @@ void nll_backward(const Tensor& grad, const Tensor& target, int64_t ignore_index
         if (t != ignore_index && t >= 0 && t < C) {
           gl[(n * C + t) * S + s] = static_cast<T>(-static_cast<compute_t<T>>(gp[n * S + s]));
         }
+      }
+    }
+  });
+}
+
+std::optional<int64_t> cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                                             double label_smoothing, const Tensor& loss, const Tensor& lse) {
+  const int64_t N = logits.size(0), C = logits.size(1);
+  const int64_t* tp = target.data_ptr<int64_t>();
+  for (int64_t i = 0; i < N; ++i) {
+    if (tp[i] != ignore_index && (tp[i] < 0 || tp[i] >= C)) return tp[i];
+  }
+  dispatch<TypeSet::Floating>(logits.dtype(), "cross_entropy", [&]<typename T>() {
+    using P = stat_t<T>;
+    const T* x = logits.data_ptr<T>();
+    P* lp = loss.data_ptr<P>();
+    P* sp = lse.data_ptr<P>();
+#pragma omp parallel for if (N * C > kParallelGrain)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* row = x + n * C;
+      double top = -INFINITY, sum = 0, total = 0;
+      for (int64_t c = 0; c < C; ++c) top = std::max(top, static_cast<double>(row[c]));
+      for (int64_t c = 0; c < C; ++c) {
+        sum += std::exp(static_cast<double>(row[c]) - top);
+        total += static_cast<double>(row[c]);
+      }
+      const double l = top + std::log(sum);
+      sp[n] = static_cast<P>(l);
+      const int64_t t = tp[n];
+      lp[n] = t == ignore_index ? P(0)
+                                : static_cast<P>((1 - label_smoothing) * (l - static_cast<double>(row[t])) +
+                                                 label_smoothing * (l - total / static_cast<double>(C)));
+    }
+  });
+  return std::nullopt;
+}
+
+void cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target, const Tensor& lse,
+                            int64_t ignore_index, double label_smoothing, const Tensor& grad_logits) {
+  const int64_t N = logits.size(0), C = logits.size(1);
+  const int64_t* tp = target.data_ptr<int64_t>();
+  dispatch<TypeSet::Floating>(logits.dtype(), "cross_entropy_backward", [&]<typename T>() {
+    using P = stat_t<T>;
+    const T* x = logits.data_ptr<T>();
+    const P* gp = grad.data_ptr<P>();
+    const P* sp = lse.data_ptr<P>();
+    T* gx = grad_logits.data_ptr<T>();
+    const double uniform = label_smoothing / static_cast<double>(C);
+#pragma omp parallel for if (N * C > kParallelGrain)
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t t = tp[n];
+      const bool kept = t != ignore_index;
+      const double g = kept ? static_cast<double>(gp[n]) : 0.0, l = static_cast<double>(sp[n]);
+      for (int64_t c = 0; c < C; ++c) {
+        const double p = std::exp(static_cast<double>(x[n * C + c]) - l);
+        gx[n * C + c] = static_cast<T>(g * (p - uniform - (c == t ? 1 - label_smoothing : 0.0)));
       }
     }
   });

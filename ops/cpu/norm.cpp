@@ -198,7 +198,7 @@ void batch_norm_backward_typed(const Tensor& dy_t, const Tensor& x_t, const Tens
 
 template <typename T>
 void layer_norm_forward_typed(const Tensor& x_t, const Tensor& weight, const Tensor& bias, double eps,
-                              const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t) {
+                              const Tensor& y_t, const Tensor& mean_t, const Tensor& rstd_t, RowNorm kind) {
   using P = param_t<T>;
   using C = compute_t<T>;
   const int64_t D = x_t.size(-1), rows = D == 0 ? 0 : x_t.numel() / D;
@@ -212,7 +212,9 @@ void layer_norm_forward_typed(const Tensor& x_t, const Tensor& weight, const Ten
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * D;
     double sum = 0;
-    for (int64_t j = 0; j < D; ++j) sum += static_cast<double>(xr[j]);
+    if (kind == RowNorm::Layer) {
+      for (int64_t j = 0; j < D; ++j) sum += static_cast<double>(xr[j]);
+    }
     const double mean = sum / static_cast<double>(D);
     double squares = 0;
     for (int64_t j = 0; j < D; ++j) {
@@ -236,7 +238,7 @@ void layer_norm_forward_typed(const Tensor& x_t, const Tensor& weight, const Ten
 template <typename T>
 void layer_norm_backward_typed(const Tensor& dy_t, const Tensor& x_t, const Tensor& weight,
                                const Tensor& mean_t, const Tensor& rstd_t, const Tensor& dx_t,
-                               const Tensor& dweight, const Tensor& dbias) {
+                               const Tensor& dweight, const Tensor& dbias, RowNorm kind) {
   using P = param_t<T>;
   const int64_t D = x_t.size(-1), rows = D == 0 ? 0 : x_t.numel() / D;
   const T* x = x_t.data_ptr<T>();
@@ -247,7 +249,8 @@ void layer_norm_backward_typed(const Tensor& dy_t, const Tensor& x_t, const Tens
   const bool parallel = run_parallel(x_t.numel());
   if (dx_t.defined()) {
     T* dx = dx_t.data_ptr<T>();
-    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w.
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; RMS norm drops mean(g).
+    const double centred = kind == RowNorm::Layer ? 1.0 : 0.0;
 #pragma omp parallel for if (parallel) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const T* xr = x + r * D;
@@ -259,7 +262,8 @@ void layer_norm_backward_typed(const Tensor& dy_t, const Tensor& x_t, const Tens
         sum_g += g;
         sum_gx += g * (static_cast<double>(xr[j]) - m) * s;
       }
-      const double g_mean = sum_g / static_cast<double>(D), gx_mean = sum_gx / static_cast<double>(D);
+      const double g_mean = centred * sum_g / static_cast<double>(D),
+                   gx_mean = sum_gx / static_cast<double>(D);
       for (int64_t j = 0; j < D; ++j) {
         const double g = static_cast<double>(gr[j]) * (w ? static_cast<double>(w[j]) : 1.0);
         const double xhat = (static_cast<double>(xr[j]) - m) * s;
@@ -311,16 +315,17 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
 }
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                        const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind) {
   dispatch<TypeSet::Floating>(x.dtype(), "layer_norm", [&]<typename T>() {
-    layer_norm_forward_typed<T>(x, weight, bias, eps, y, mean, rstd);
+    layer_norm_forward_typed<T>(x, weight, bias, eps, y, mean, rstd, kind);
   });
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         RowNorm kind) {
   dispatch<TypeSet::Floating>(x.dtype(), "layer_norm_backward", [&]<typename T>() {
-    layer_norm_backward_typed<T>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+    layer_norm_backward_typed<T>(dy, x, weight, mean, rstd, dx, dweight, dbias, kind);
   });
 }
 

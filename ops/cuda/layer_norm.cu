@@ -47,16 +47,16 @@ template <typename T>
 __global__ void __launch_bounds__(512)
     forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                    T* __restrict__ y, opmath_t<T>* mean_out, opmath_t<T>* rstd_out, int64_t rows, int64_t D,
-                   double eps) {
+                   double eps, bool centre) {
   using A = opmath_t<T>;
   const int64_t row = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   const bool active = row < rows;
   const T* xr = x + row * D;
   A sum = A(0);
-  if (active) {
+  if (active && centre) {
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) sum += load_as_opmath(xr[j]);
   }
-  const A mean = row_sum(sum) / static_cast<A>(D);
+  const A mean = centre ? row_sum(sum) / static_cast<A>(D) : A(0);
   A squares = A(0);
   if (active) {
     for (int64_t j = threadIdx.x; j < D; j += blockDim.x) {
@@ -79,12 +79,13 @@ __global__ void __launch_bounds__(512)
   }
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), with g = dy * w and xhat = (x - mean) * rstd.
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), with g = dy * w and xhat = (x - mean) * rstd;
+// RMS norm (centre false) drops mean(g).
 template <typename T>
 __global__ void __launch_bounds__(512)
     grad_input_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                       const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
-                      T* __restrict__ dx, int64_t rows, int64_t D) {
+                      T* __restrict__ dx, int64_t rows, int64_t D, bool centre) {
   using A = opmath_t<T>;
   const int64_t row = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
   const bool active = row < rows;
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(512)
       sum_gx += g * (load_as_opmath(xr[j]) - m) * s;
     }
   }
-  const A g_mean = row_sum(sum_g) / static_cast<A>(D);
+  const A g_mean = centre ? row_sum(sum_g) / static_cast<A>(D) : A(0);
   const A gx_mean = row_sum(sum_gx) / static_cast<A>(D);
   if (!active) return;
   T* dxr = dx + row * D;
@@ -179,7 +180,7 @@ T* ptr(const Tensor& t) {
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                        const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind) {
   const int64_t rows = x.size(0), D = x.size(1);
   if (rows == 0 || D == 0) return;
   const dim3 block = row_block(D);
@@ -187,13 +188,14 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
     using A = opmath_t<T>;
     forward_kernel<T><<<row_grid(rows, block), block, 0, stream_for(x)>>>(
         ptr<const T>(x), ptr<const T>(weight), ptr<const T>(bias), ptr<T>(y), ptr<A>(mean), ptr<A>(rstd),
-        rows, D, eps);
+        rows, D, eps, kind == RowNorm::Layer);
     NABLA_CUDA_CHECK_LAUNCH();
   });
 }
 
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         RowNorm kind) {
   const int64_t rows = x.size(0), D = x.size(1);
   if (D == 0) return;
   const cudaStream_t stream = stream_for(x);
@@ -203,7 +205,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
       const dim3 block = row_block(D);
       grad_input_kernel<T><<<row_grid(rows, block), block, 0, stream>>>(
           ptr<const T>(dy), ptr<const T>(x), ptr<const T>(weight), ptr<const A>(mean), ptr<const A>(rstd),
-          ptr<T>(dx), rows, D);
+          ptr<T>(dx), rows, D, kind == RowNorm::Layer);
       NABLA_CUDA_CHECK_LAUNCH();
     }
     if (!dweight.defined() && !dbias.defined()) return;

@@ -75,9 +75,12 @@ struct FusedBatchNormSaved {
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,
                                const BatchNormGrads& grads);
 
+using RowNorm = cpu::RowNorm;
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                        const Tensor& y, const Tensor& mean, const Tensor& rstd);
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd,
+                        RowNorm kind = RowNorm::Layer);
 void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
-                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
+                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                         RowNorm kind = RowNorm::Layer);
 
 }  // namespace nabla::ops::cuda

@@ -11,8 +11,8 @@
 //                   -> every input cast to the autocast dtype (float16 or bfloat16). A float32
 //                      leaf that requires grad (a parameter) is cast once per outermost scope
 //                      (the cast cache in core/autocast.h).
-//   Float32         softmax, log_softmax, every loss, layer_norm, exp, expm1, log, log1p, pow,
-//                   sum, mean
+//   Float32         softmax, log_softmax, every loss, layer_norm, rms_norm, exp, expm1, log, log1p,
+//                   sin, cos, pow, sum, mean
 //                   -> every float16/bfloat16 input cast to float32.
 //   Widest          binary elementwise ops (add, sub, mul, div, maximum, minimum, where, ...)
 //                   -> mixed inputs promote to the widest floating dtype. This is the ops' own

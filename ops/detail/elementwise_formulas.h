@@ -52,6 +52,8 @@ NABLA_MATH_1(log1p)
 NABLA_MATH_1(sqrt)
 NABLA_MATH_1(tanh)
 NABLA_MATH_1(erf)
+NABLA_MATH_1(sin)
+NABLA_MATH_1(cos)
 #undef NABLA_MATH_1
 
 template <typename C>
@@ -162,6 +164,10 @@ NABLA_HOST_DEVICE C unary(C x, const UnaryScalars<C>& s) {
     return tanh(x);
   } else if constexpr (kOp == UnaryOp::Erf) {
     return erf(x);
+  } else if constexpr (kOp == UnaryOp::Sin) {
+    return sin(x);
+  } else if constexpr (kOp == UnaryOp::Cos) {
+    return cos(x);
   } else if constexpr (kOp == UnaryOp::Gelu) {
     return C(0.5) * x * (C(1) + erf(x * C(kSqrt1_2)));
   } else if constexpr (kOp == UnaryOp::GeluTanh) {

@@ -29,6 +29,8 @@ enum class UnaryOp : uint8_t {
   Sigmoid,
   Tanh,
   Erf,
+  Sin,
+  Cos,
   Gelu,
   GeluTanh,
   Silu,
@@ -50,10 +52,11 @@ enum class UnaryOp : uint8_t {
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(UnaryOp::Count)> kUnaryOpNames = {
-    "neg",       "abs",        "sign",       "exp",         "expm1",       "log",        "log1p", "sqrt",
-    "rsqrt",     "reciprocal", "relu",       "sigmoid",     "tanh",        "erf",        "gelu",  "gelu_tanh",
-    "silu",      "add_scalar", "mul_scalar", "rsub_scalar", "rdiv_scalar", "pow_scalar", "clamp", "eq_scalar",
-    "ne_scalar", "lt_scalar",  "le_scalar",  "gt_scalar",   "ge_scalar"};
+    "neg",         "abs",         "sign",       "exp",       "expm1",     "log",        "log1p",
+    "sqrt",        "rsqrt",       "reciprocal", "relu",      "sigmoid",   "tanh",       "erf",
+    "sin",         "cos",         "gelu",       "gelu_tanh", "silu",      "add_scalar", "mul_scalar",
+    "rsub_scalar", "rdiv_scalar", "pow_scalar", "clamp",     "eq_scalar", "ne_scalar",  "lt_scalar",
+    "le_scalar",   "gt_scalar",   "ge_scalar"};
 
 struct UnaryParams {
   double a = 0;
@@ -143,6 +146,8 @@ constexpr bool is_float_only(UnaryOp op) {
     case UnaryOp::Sigmoid:
     case UnaryOp::Tanh:
     case UnaryOp::Erf:
+    case UnaryOp::Sin:
+    case UnaryOp::Cos:
     case UnaryOp::Gelu:
     case UnaryOp::GeluTanh:
     case UnaryOp::Silu:

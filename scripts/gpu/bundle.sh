@@ -13,7 +13,7 @@ mkdir -p "$stage/gpu-lib"
 cp -L "$(gcc -print-file-name=libgomp.so.1)" "$stage/gpu-lib/"
 # The CPU-only suites run in CI; the GPU machine gets the suites with CUDA cases (core and apps
 # hold a few: the allocator's memory categories, the OOM split on a real device).
-for bin in "$build"/tests/nabla_cuda_tests "$build"/tests/nabla_nccl_tests "$build"/tests/nabla_core_tests "$build"/tests/nabla_apps_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral "$build"/examples/custom_model \
+for bin in "$build"/tests/nabla_cuda_tests "$build"/tests/nabla_nccl_tests "$build"/tests/nabla_core_tests "$build"/tests/nabla_apps_tests "$build"/bench/nabla_bench_* "$build"/examples/spiral "$build"/examples/custom_model "$build"/examples/train_gpt \
   "$build"/examples/custom_op "$build"/apps/nabla-*; do
   [[ -x $bin && -f $bin ]] || continue
   # Gloo and its dependencies are not on the GPU machine; its (CPU) tests run in CI.

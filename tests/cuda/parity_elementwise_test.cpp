@@ -45,6 +45,8 @@ std::vector<UnaryKind> float_unary_kinds() {
       {UnaryOp::Sigmoid, "sigmoid"},
       {UnaryOp::Tanh, "tanh"},
       {UnaryOp::Erf, "erf"},
+      {UnaryOp::Sin, "sin"},
+      {UnaryOp::Cos, "cos"},
       {UnaryOp::Gelu, "gelu"},
       {UnaryOp::GeluTanh, "gelu_tanh"},
       {UnaryOp::Silu, "silu"},

@@ -46,6 +46,8 @@ std::vector<OpCase> public_ops() {
       {"expm1", [](const Tensor& a, const Tensor&) { return expm1(a); }},
       {"log1p", [](const Tensor& a, const Tensor&) { return log1p(a); }, true},
       {"erf", [](const Tensor& a, const Tensor&) { return erf(a); }},
+      {"sin", [](const Tensor& a, const Tensor&) { return sin(a); }},
+      {"cos", [](const Tensor& a, const Tensor&) { return cos(a); }},
       {"sqrt", [](const Tensor& a, const Tensor&) { return sqrt(a); }, true},
       {"rsqrt", [](const Tensor& a, const Tensor&) { return rsqrt(a); }, true},
       {"reciprocal", [](const Tensor& a, const Tensor&) { return reciprocal(a); }},

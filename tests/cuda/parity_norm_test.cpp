@@ -364,7 +364,7 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
 
 // ---- layer norm ------------------------------------------------------------------------------
 
-TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) {
+TEST(CudaParityLayerNorm, LayerAndRmsNormMatchTheCpuOnShortWarpAndBlockRows) {
   SKIP_WITHOUT_GPU();
   struct Case {
     const char* name;
@@ -383,7 +383,7 @@ TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) 
       const Tensor g = random_values(c.shape, ++seed, dtype);
       const Tensor w = random_values(c.normalized, ++seed, dtype),
                    b = random_values(c.normalized, ++seed, dtype);
-      Tensor outs[2][4];
+      Tensor outs[2][4], rms[2][3];
       for (int d = 0; d < 2; ++d) {
         const Device device = d == 0 ? Device::cpu() : Device::cuda();
         Tensor xi = x.to(device).detach().requires_grad_(true);
@@ -392,6 +392,12 @@ TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) 
         Tensor y = layer_norm(xi, c.normalized, wi, bi, {.eps = 1e-5});
         y.backward(g.to(device));
         outs[d][0] = y, outs[d][1] = xi.grad(), outs[d][2] = wi.grad(), outs[d][3] = bi.grad();
+        // RMS norm on the same kernels without the centring; no bias.
+        Tensor xr = x.to(device).detach().requires_grad_(true);
+        Tensor wr = w.to(device).detach().requires_grad_(true);
+        Tensor r = rms_norm(xr, c.normalized, wr, {.eps = 1e-5});
+        r.backward(g.to(device));
+        rms[d][0] = r, rms[d][1] = xr.grad(), rms[d][2] = wr.grad();
       }
       const Tolerance out = output_tolerance(dtype);
       const Tolerance par = dtype == kFloat64   ? Tolerance{1e-10, 1e-10}
@@ -401,6 +407,10 @@ TEST(CudaParityLayerNorm, ForwardAndBackwardMatchTheCpuOnShortWarpAndBlockRows) 
       for (int k = 0; k < 4; ++k) {
         EXPECT_TRUE(matches_cpu(outs[1][k], outs[0][k], k < 2 ? out : par))
             << context("layer_norm", dtype, c.name) << " " << names[k];
+      }
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_TRUE(matches_cpu(rms[1][k], rms[0][k], k < 2 ? out : par))
+            << context("rms_norm", dtype, c.name) << " " << names[k];
       }
     }
   }

@@ -229,3 +229,59 @@ TEST(Module, ZeroGradAndApply) {
   EXPECT_EQ(nb::min(net.stem.weight).item<float>(), 0.5f);
   EXPECT_EQ(nb::max(net.block.conv2.weight).item<float>(), 0.5f);
 }
+
+namespace {
+
+// A language model's tied embedding and output layer (Note [Tied parameters] in nn/module.cpp).
+struct TiedLm : nn::Module {
+  nn::Embedding wte;
+  nn::Linear lm_head;
+  TiedLm() : wte(11, 6), lm_head({.in = 6, .out = 11, .bias = false}) {
+    register_modules({{"wte", wte}, {"lm_head", lm_head}});
+    lm_head.weight = wte.weight;
+  }
+  nb::Tensor forward(const nb::Tensor& tokens) override { return lm_head(wte(tokens)); }
+};
+
+}  // namespace
+
+TEST(Module, TiedParameterIsListedOnceAndSavedUnderBothNames) {
+  TiedLm lm;
+  const auto named = lm.named_parameters();
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].first, "wte.weight");
+  const nn::StateDict state = lm.state_dict();
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_EQ(state.at("wte.weight").storage(), state.at("lm_head.weight").storage());
+
+  // One gradient, the sum of both uses; the optimizer steps it once.
+  const nb::Tensor tokens = nb::tensor<int64_t>({1, 4, 9, 4});
+  lm.forward(tokens).sum().backward();
+  const nb::Tensor grad = lm.wte.weight.grad();
+  ASSERT_TRUE(grad.defined());
+  const nb::Tensor before = lm.wte.weight.detach().clone();
+  nb::optim::SGD opt(lm.parameters(), {.lr = 0.5});
+  opt.step();
+  EXPECT_TRUE(all_close(lm.lm_head.weight, before - grad * 0.5, 1e-6, 1e-7));
+  EXPECT_TRUE(lm.lm_head.weight.is_same(lm.wte.weight));
+}
+
+TEST(Module, TieSurvivesToAndEitherKeyRestoresIt) {
+  TiedLm lm;
+  lm.to(nb::kFloat64);
+  EXPECT_TRUE(lm.lm_head.weight.is_same(lm.wte.weight));
+  EXPECT_EQ(lm.parameters().size(), 1u);
+
+  const nb::Tensor values = random_input({11, 6}, test_seed());
+  for (const char* key : {"wte.weight", "lm_head.weight"}) {
+    TiedLm fresh;
+    fresh.to(nb::kFloat64);
+    fresh.load_state_dict({{key, values}});  // strict: the other holder is the same tensor
+    EXPECT_TRUE(all_close(fresh.wte.weight, values, 0, 0)) << key;
+    EXPECT_TRUE(fresh.lm_head.weight.is_same(fresh.wte.weight)) << key;
+  }
+  // A dict of an untied model (both keys) loads too; the tie keeps one tensor.
+  TiedLm other;
+  other.load_state_dict(lm.state_dict());
+  EXPECT_TRUE(other.lm_head.weight.is_same(other.wte.weight));
+}

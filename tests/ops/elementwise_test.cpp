@@ -37,6 +37,9 @@ std::vector<UnaryCase> unary_cases() {
       {"expm1", [](const Tensor& x) { return expm1(x); }, [](double x) { return std::exp(x) - 1; }, false},
       {"log1p", [](const Tensor& x) { return log1p(x); }, [](double x) { return std::log(1 + x); }, true},
       {"erf", [](const Tensor& x) { return erf(x); }, [](double x) { return 1 - std::erfc(x); }, false},
+      // sin and cos through each other's identities, not the kernels' std::sin and std::cos.
+      {"sin", [](const Tensor& x) { return sin(x); }, [](double x) { return std::cos(x - M_PI / 2); }, false},
+      {"cos", [](const Tensor& x) { return cos(x); }, [](double x) { return std::sin(x + M_PI / 2); }, false},
       {"sqrt", [](const Tensor& x) { return sqrt(x); }, [](double x) { return std::sqrt(x); }, true},
       {"rsqrt", [](const Tensor& x) { return rsqrt(x); }, [](double x) { return 1 / std::sqrt(x); }, true},
       {"reciprocal", [](const Tensor& x) { return reciprocal(x); }, [](double x) { return 1 / x; }, false},

@@ -4,6 +4,7 @@
 // the gradient at a zero logit, reduced precision and the error messages.
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "test_util.h"
 
@@ -148,6 +149,52 @@ TEST(CrossEntropy, Float16LossOverManyTargetsIsReducedInFloat32) {
   EXPECT_TRUE(all_close(loss, cross_entropy(x, t), 2e-3, 2e-3));
   EXPECT_TRUE(all_close(cross_entropy(x.to(kBFloat16), t, {.label_smoothing = 0.1}),
                         cross_entropy(x, t, {.label_smoothing = 0.1}), 2e-2, 2e-2));
+}
+
+TEST(CrossEntropy, FusedRowsHaveSecondDerivatives) {
+  // (N, C) logits run the fused kernels; create_graph differentiates their gradient formula.
+  uint64_t seed = test_seed();
+  const Tensor t = random_targets({6}, 5, ++seed, 2);
+  for (double smoothing : {0.0, 0.2}) {
+    const Tensor go = random_input({6}, ++seed, kFloat64);
+    GradcheckResult res = gradcheck(
+        [&](const TensorList& in) {
+          EnableGradGuard enable;
+          // gradcheck also evaluates fn on perturbed inputs that need no grad; a fresh leaf then.
+          const Tensor y = in[0].requires_grad() ? in[0] * 1.0 : in[0].detach().clone().requires_grad_(true);
+          // y's gradient, with its history (create_graph). The hook outlives this call (gradcheck's
+          // own backward passes y again), so it writes into shared storage, once.
+          auto g = std::make_shared<Tensor>();
+          y.register_hook([g](const Tensor& grad) {
+            if (!g->defined()) *g = grad;
+            return Tensor();
+          });
+          const Tensor per = cross_entropy(
+              y, t, {.label_smoothing = smoothing, .ignore_index = 2, .reduction = Reduction::None});
+          autograd::backward({per}, {go}, {.create_graph = true});
+          if (in[0].requires_grad())
+            in[0].set_grad(Tensor());  // this inner backward's leaf gradient is not gradcheck's
+          return *g * *g;              // a function of the gradient, so its derivative is the second one
+        },
+        {random_input({6, 5}, ++seed, kFloat64, true)});
+    EXPECT_TRUE(res.ok) << smoothing << ": " << res.message;
+  }
+}
+
+TEST(CrossEntropy, Bfloat16LogitsUnderAutocastGiveTheFloat32Loss) {
+  // The fused path reads bfloat16 logits as they are: the loss is the float32 loss of the same
+  // (rounded) values, in float32, as autocast's float32 policy asks.
+  uint64_t seed = test_seed();
+  const Tensor x = random_input({7, 300}, ++seed, kFloat32).to(kBFloat16);
+  const Tensor t = random_targets({7}, 300, ++seed, -100);
+  Tensor loss;
+  {
+    amp::Autocast autocast(Device::cpu(), kBFloat16);
+    loss = cross_entropy(x, t, {.label_smoothing = 0.1});
+  }
+  EXPECT_EQ(loss.dtype(), kFloat32);
+  EXPECT_TRUE(all_close(loss, cross_entropy(x.to(kFloat32), t, {.label_smoothing = 0.1}), 1e-6, 1e-6));
+  EXPECT_EQ(cross_entropy(x, t).dtype(), kBFloat16);  // without autocast: the logits' dtype
 }
 
 TEST(NllLoss, PicksMinusLogProbabilityAndMatchesCrossEntropy) {

@@ -327,6 +327,53 @@ TEST(LayerNormGrad, PassesFiniteDifferenceCheckForInputWeightAndBias) {
   }
 }
 
+// ---- RMS norm ----------------------------------------------------------------------------------
+
+// x / sqrt(mean(x^2) + eps) * w over each row of `d` trailing elements, as float64.
+Tensor loop_rms_norm(const Tensor& x, int64_t d, const Tensor& w, double eps) {
+  const std::vector<double> v = x.to(kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> wv =
+      w.defined() ? w.to(kFloat64).contiguous().to_vector<double>() : std::vector<double>(d, 1.0);
+  std::vector<double> y(v.size());
+  for (size_t r = 0; r < v.size() / d; ++r) {
+    double squares = 0;
+    for (int64_t j = 0; j < d; ++j) squares += v[r * d + j] * v[r * d + j] / static_cast<double>(d);
+    for (int64_t j = 0; j < d; ++j) y[r * d + j] = v[r * d + j] / std::sqrt(squares + eps) * wv[j];
+  }
+  return tensor<double>(y, x.sizes());
+}
+
+TEST(RMSNorm, MatchesLoopReferenceInEveryDtypeAndLayout) {
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat64, kFloat32, kFloat16, kBFloat16}) {
+    const double tol = dtype == kFloat64 ? 1e-12 : dtype == kFloat32 ? 1e-5 : dtype == kFloat16 ? 5e-3 : 3e-2;
+    for (const auto& c : layer_norm_cases(seed += 10, dtype)) {
+      const int64_t d = numel_of(c.normalized);
+      const Tensor w = random_input(c.normalized, ++seed, dtype);
+      const Tensor y = rms_norm(c.x, c.normalized, w, {.eps = 1e-4});
+      EXPECT_EQ(y.dtype(), dtype);
+      EXPECT_TRUE(all_close(y, loop_rms_norm(c.x, d, w, 1e-4), tol, tol))
+          << dtype_name(dtype) << " " << c.name;
+    }
+  }
+  // The default eps is the dtype's machine epsilon, as torch.nn.functional.rms_norm's.
+  const Tensor x = random_input({3, 8}, seed + 1, kFloat32) * 1e-3;
+  EXPECT_TRUE(all_close(rms_norm(x, {8}), loop_rms_norm(x, 8, {}, 0x1p-23), 1e-5, 1e-7));
+}
+
+TEST(RMSNormGrad, PassesFiniteDifferenceCheckForInputAndWeight) {
+  uint64_t seed = test_seed();
+  for (const auto& c : layer_norm_cases(seed, kFloat64)) {
+    const Tensor x = c.x.detach().requires_grad_(true);
+    const Tensor w = random_input(c.normalized, ++seed, kFloat64, true);
+    auto fn = [&](const TensorList& in) { return rms_norm(in[0], c.normalized, in[1], {.eps = 1e-3}); };
+    auto result = gradcheck(fn, {x, w}, {.seed = seed});
+    EXPECT_TRUE(result) << c.name << ": " << result.message;
+  }
+  EXPECT_NABLA_ERROR(rms_norm(random_input({2, 3}, seed), {4}), "rms_norm", "must match the last dims");
+  EXPECT_NABLA_ERROR(rms_norm(random_input({2, 3}, seed), {3}, {}, {.eps = -1.0}), "rms_norm", "eps > 0");
+}
+
 TEST(LayerNormGrad, DoubleBackwardIsRefusedClearly) {
   Tensor x = random_input({3, 4}, test_seed(), kFloat64, true);
   Tensor y = layer_norm(x, {4});

@@ -1,0 +1,184 @@
+// scaled_dot_product_attention front end: validation, autocast, and the choice between the fused
+// CUDA kernels (ops/cuda/attention.cu) and the math path composed of differentiable ops.
+//
+// The math path writes the (..., Tq, Tk) scores and keeps them for the backward, as PyTorch's
+// math backend does; it is the reference the fused kernels are tested against, and it serves
+// what they do not take (float32/float64, the CPU, dropout, a mask that needs a gradient). The
+// fused path saves q, k, v, the output and one float32 log-sum-exp per query row, and its
+// backward recomputes the scores tile by tile. docs/design/attention.md.
+#include "nabla/ops/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cuda/attention_kernels.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/dropout.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+#include "nabla/ops/indexing.h"
+#include "nabla/ops/linalg.h"
+#include "nabla/ops/masking.h"
+#include "nabla/ops/softmax.h"
+#include "nabla/ops/view.h"
+
+namespace nabla {
+
+using autograd::BackwardContext;
+
+namespace {
+
+constexpr const char* kOp = "scaled_dot_product_attention";
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  ops::check_defined(kOp, q, "query");
+  ops::check_defined(kOp, k, "key");
+  ops::check_defined(kOp, v, "value");
+  ops::check_same_device(kOp, {q, k, v, o.mask});
+  NABLA_CHECK(q.is_floating_point() && q.dtype() == k.dtype() && q.dtype() == v.dtype(),
+              "{}: query, key and value must share one floating dtype, got {}, {} and {}", kOp, describe(q),
+              describe(k), describe(v));
+  NABLA_CHECK(q.dim() >= 2 && q.dim() == k.dim() && q.dim() == v.dim(),
+              "{}: query, key and value must be (..., T, D) with the same number of dims, got {}, {} and {}",
+              kOp, describe(q), describe(k), describe(v));
+  const int64_t n = q.dim();
+  bool same_batch = true;
+  for (int64_t d = 0; d < n - 2; ++d)
+    same_batch = same_batch && q.size(d) == k.size(d) && q.size(d) == v.size(d);
+  NABLA_CHECK(
+      same_batch && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
+      "{}: expected query (..., Tq, D), key (..., Tk, D) and value (..., Tk, Dv) with the same leading "
+      "dims, got {}, {} and {}",
+      kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  NABLA_CHECK(o.dropout >= 0 && o.dropout < 1, "{}: dropout must be in [0, 1), got {}", kOp, o.dropout);
+  NABLA_CHECK(!o.scale || (std::isfinite(*o.scale) && *o.scale > 0),
+              "{}: scale must be finite and > 0, got {}", kOp, o.scale.value_or(0));
+  if (o.mask.defined()) {
+    NABLA_CHECK(o.mask.dtype() == kBool || o.mask.is_floating_point(),
+                "{}: the mask must be bool (true = attend) or floating (added to the scores), got {}", kOp,
+                describe(o.mask));
+    Shape scores = q.sizes();
+    scores.back() = k.size(-2);
+    NABLA_CHECK(o.mask.dim() <= n && broadcast_shapes(o.mask.sizes(), scores, kOp) == scores,
+                "{}: the mask {} does not broadcast to the scores' shape {}", kOp, shape_str(o.mask.sizes()),
+                shape_str(scores));
+  }
+}
+
+// softmax(q k^T * scale + mask) v, with every step an ordinary differentiable op.
+Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+                      double scale) {
+  Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (..., Tq, Tk)
+  if (o.causal) {
+    const Tensor all = ones({q.size(-2), k.size(-2)}, {.dtype = kBool, .device = q.device()});
+    scores = masked_fill(scores, triu(all, {.diagonal = 1}), -kInf);  // key j > query i
+  }
+  if (o.mask.defined()) {
+    scores =
+        o.mask.dtype() == kBool ? where(o.mask, scores, full({}, -kInf, scores.options())) : scores + o.mask;
+  }
+  Tensor weights = softmax(scores, -1).to(q.dtype());
+  if (o.dropout > 0) weights = dropout(weights, {.p = o.dropout, .training = true, .generator = o.generator});
+  return matmul(weights, v);
+}
+
+// The mask as the fused kernels read it: float32, additive, viewed as (B, H, Tq, Tk) with
+// stride 0 on broadcast dims (no copy beyond the dtype conversion).
+Tensor additive_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
+  if (!mask.defined()) return mask;
+  Tensor m = mask.dtype() == kBool
+                 ? where(mask, zeros({}, {.device = q.device()}), full({}, -kInf, {.device = q.device()}))
+                 : mask.to(kFloat32);
+  while (m.dim() < 4) m = m.unsqueeze(0);
+  return m.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
+bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  if (!q.is_cuda() || q.dim() != 4 || o.dropout > 0) return false;
+  if (o.mask.defined() && o.mask.requires_grad() && GradMode::is_enabled()) return false;
+  return ops::dispatch(
+      kOp, q, [] { return false; }, [&] { return ops::cuda::flash_attention_supported(q, k, v); });
+}
+
+// The last dim must be dense for the kernels; the others may have any strides.
+Tensor unit_last_stride(const Tensor& t) {
+  return t.stride(-1) == 1 ? t : t.contiguous();
+}
+
+Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionOptions& o,
+                       double scale) {
+  const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
+  const Tensor mask = additive_mask(o.mask, q, k);
+  const bool causal = o.causal;
+  Tensor out = Tensor::empty(q.sizes(), q.options());  // (B, H, Tq, D)
+  Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = q.device()});
+  ops::dispatch(
+      kOp, q, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
+      [&] { ops::cuda::flash_attention_forward(q, k, v, mask, causal, scale, out, lse); });
+  if (autograd::needs_grad({q_in, k_in, v_in})) {
+    autograd::record("ScaledDotProductAttentionBackward", {q_in, k_in, v_in}, {out},
+                     {q, k, v, out, lse, mask}, [causal, scale](BackwardContext& ctx) -> TensorList {
+                       const auto& s = ctx.saved;
+                       NABLA_CHECK(!GradMode::is_enabled(),
+                                   "{}: double backward through the fused kernels is not "
+                                   "supported; use float32 for create_graph",
+                                   kOp);
+                       Tensor dq = Tensor::empty(s[0].sizes(), s[0].options());
+                       Tensor dk = Tensor::empty(s[1].sizes(), s[1].options());
+                       Tensor dv = Tensor::empty(s[2].sizes(), s[2].options());
+                       const Tensor dout = ctx.grad().contiguous();
+                       ops::dispatch(
+                           kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
+                           [&] {
+                             ops::cuda::flash_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], s[5],
+                                                                 causal, scale, dq, dk, dv);
+                           });
+                       return {dq, dk, dv};
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor rotary_embedding(const Tensor& x, RotaryOptions options) {
+  ops::check_defined("rotary_embedding", x, "input");
+  NABLA_CHECK(x.is_floating_point() && x.dim() >= 2 && x.size(-1) % 2 == 0,
+              "rotary_embedding: expected a floating (..., T, D) input with D even, got {}", describe(x));
+  NABLA_CHECK(options.base > 0 && std::isfinite(options.base) && options.offset >= 0,
+              "rotary_embedding: base must be finite and > 0 and offset >= 0, got base {} and offset {}",
+              options.base, options.offset);
+  const int64_t T = x.size(-2), D = x.size(-1), half = D / 2;
+  const TensorOptions math{.dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32, .device = x.device()};
+  const Tensor inverse_frequency =
+      exp(arange(static_cast<double>(half), math) * (-2.0 * std::log(options.base) / static_cast<double>(D)));
+  const Tensor position =
+      arange(static_cast<double>(options.offset), static_cast<double>(options.offset + T), 1.0, math);
+  const Tensor angle = position.unsqueeze(1) * inverse_frequency.unsqueeze(0);  // (T, D/2)
+  const Tensor c = cos(angle), s = sin(angle);
+  if (options.interleaved) {
+    Shape pairs = x.sizes();
+    pairs.back() = half;
+    pairs.push_back(2);
+    const Tensor xp = x.reshape(pairs);  // (..., T, D/2, 2)
+    const Tensor a = xp.select(-1, 0), b = xp.select(-1, 1);
+    return stack({a * c - b * s, b * c + a * s}, -1).flatten(-2).to(x.dtype());
+  }
+  const Tensor a = x.narrow(-1, 0, half), b = x.narrow(-1, half, half);
+  return cat({a * c - b * s, b * c + a * s}, -1).to(x.dtype());
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
+                                    AttentionOptions options) {
+  // Autocast: lower precision, as matmul (PyTorch's list has it there too); the mask keeps its dtype.
+  const auto [q, k, v] = ops::autocast(ops::AutocastCategory::LowerPrecision, {q_arg, k_arg, v_arg});
+  check_inputs(q, k, v, options);
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  if (fused_takes(q, k, v, options)) return fused_attention(q, k, v, options, scale);
+  return math_attention(q, k, v, options, scale);
+}
+
+}  // namespace nabla

@@ -1,0 +1,55 @@
+// Public header. Scaled dot-product attention, as torch.nn.functional.scaled_dot_product_attention.
+//
+//   auto y = nabla::scaled_dot_product_attention(q, k, v, {.causal = true});  // (B, H, T, D)
+//
+// q is (..., Tq, D), k is (..., Tk, D) and v is (..., Tk, Dv), with the same leading dims (for a
+// transformer (B, H)). The result is (..., Tq, Dv):
+//   softmax(q k^T * scale + mask) v,   scale = 1 / sqrt(D) unless given.
+// - causal: query i attends to keys 0..i (the mask is lower-triangular, aligned at the top left
+//   as PyTorch's is_causal; with Tq != Tk that is tril(ones(Tq, Tk))).
+// - mask: additive (a floating tensor added to the scores) or boolean (true = attend), of any
+//   shape that broadcasts to (..., Tq, Tk). It may be combined with causal.
+// - dropout: the probability of dropping an attention weight (training only; 0 = none).
+// A query row that every mask hides has softmax weights of 0/0: its output is NaN, as PyTorch's
+// math path gives.
+//
+// On CUDA, float16 and bfloat16 inputs with head sizes up to 128 run fused, in flash-attention
+// style (ops/cuda/attention.cu): forward and backward never write the (Tq, Tk) scores to memory,
+// so attention adds O(B H T D) to the peak, not O(B H T^2). Other inputs (float32/float64, the
+// CPU, dropout > 0) take the math path, composed of matmul, softmax and dropout, which does keep
+// the scores. docs/design/attention.md describes both paths and their limits.
+#pragma once
+
+#include <optional>
+
+#include "nabla/core/generator.h"
+#include "nabla/core/tensor.h"
+
+namespace nabla {
+
+struct AttentionOptions {
+  bool causal = false;
+  Tensor mask = {};                // additive or boolean, broadcastable to (..., Tq, Tk)
+  double dropout = 0.0;            // in [0, 1)
+  std::optional<double> scale;     // default 1 / sqrt(D)
+  Generator* generator = nullptr;  // for dropout; nullptr: the default generator of q's device
+};
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    AttentionOptions options = {});
+
+// Rotary position embedding (RoFormer; used by LLaMA and GPT-NeoX): rotates each pair of features
+// (a, b) of the row at position t by the angle t * base^(-2i / D), i the pair's index:
+//   (a, b) -> (a cos - b sin, b cos + a sin).
+// x is (..., T, D) with D even, usually q or k as (B, H, T, D); the row at index j along T has
+// position offset + j. The angles are computed in float32 (float64 for float64 x) and the result
+// has x's dtype. Differentiable.
+struct RotaryOptions {
+  double base = 10000.0;
+  int64_t offset = 0;        // the position of x's first row (decoding with a key/value cache)
+  bool interleaved = false;  // pairs (2i, 2i + 1) as GPT-J and Meta's LLaMA code; default: pairs
+                             // (i, i + D/2), the halves of Hugging Face's LLaMA and GPT-NeoX
+};
+Tensor rotary_embedding(const Tensor& x, RotaryOptions options = {});
+
+}  // namespace nabla

@@ -1,0 +1,261 @@
+// scaled_dot_product_attention's math path on the CPU (the reference the fused CUDA kernels are
+// tested against in tests/cuda/parity_attention_test.cpp): forwards against a float64 loop over
+// every (batch, head, query), with causal, boolean, additive and broadcast masks and Tq != Tk;
+// float64 gradcheck of q, k, v and an additive mask; dropout against the mask bernoulli draws;
+// autocast; and the errors. Also tril, triu and masked_fill.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "test_util.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// softmax(q k^T * scale + mask) v by loops, for (B, H, T, D) inputs. `mask` is undefined or an
+// additive float64 tensor already expanded to (B, H, Tq, Tk); `keep` (if defined) multiplies the
+// weights after the softmax, as dropout does.
+Tensor loop_attention(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& mask,
+                      double scale, const Tensor& keep = {}) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3), Dv = v.size(3);
+  const auto qv = q.to(kFloat64).contiguous().to_vector<double>();
+  const auto kv = k.to(kFloat64).contiguous().to_vector<double>();
+  const auto vv = v.to(kFloat64).contiguous().to_vector<double>();
+  const auto mv = mask.defined() ? mask.to(kFloat64).contiguous().to_vector<double>() : std::vector<double>();
+  const auto keepv =
+      keep.defined() ? keep.to(kFloat64).contiguous().to_vector<double>() : std::vector<double>();
+  std::vector<double> out(static_cast<size_t>(B * H * Tq * Dv));
+  std::vector<double> w(static_cast<size_t>(Tk));
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    for (int64_t i = 0; i < Tq; ++i) {
+      double top = -kInf;
+      for (int64_t j = 0; j < Tk; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < D; ++d) s += qv[(bh * Tq + i) * D + d] * kv[(bh * Tk + j) * D + d];
+        s *= scale;
+        if (!mv.empty()) s += mv[(bh * Tq + i) * Tk + j];
+        if (causal && j > i) s = -kInf;
+        w[j] = s;
+        top = std::max(top, s);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < Tk; ++j) sum += (w[j] = std::exp(w[j] - top));
+      for (int64_t e = 0; e < Dv; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j < Tk; ++j) {
+          const double weight = w[j] / sum * (keepv.empty() ? 1.0 : keepv[(bh * Tq + i) * Tk + j]);
+          acc += weight * vv[(bh * Tk + j) * Dv + e];
+        }
+        out[(bh * Tq + i) * Dv + e] = acc;
+      }
+    }
+  }
+  return tensor<double>(out, {B, H, Tq, Dv});
+}
+
+struct Inputs {
+  Tensor q, k, v;
+};
+Inputs random_qkv(int64_t B, int64_t H, int64_t Tq, int64_t Tk, int64_t D, int64_t Dv, uint64_t seed,
+                  bool requires_grad = false) {
+  return {random_input({B, H, Tq, D}, seed, kFloat64, requires_grad),
+          random_input({B, H, Tk, D}, seed + 1, kFloat64, requires_grad),
+          random_input({B, H, Tk, Dv}, seed + 2, kFloat64, requires_grad)};
+}
+
+TEST(Attention, MatchesLoopsWithoutMask) {
+  const auto [q, k, v] = random_qkv(2, 3, 5, 7, 4, 6, test_seed());
+  EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v), loop_attention(q, k, v, false, {}, 0.5), 1e-12,
+                        1e-12));
+}
+
+TEST(Attention, CausalIsTopLeftAlignedForEveryShape) {
+  for (auto [tq, tk] : {std::pair<int64_t, int64_t>{6, 6}, {4, 9}, {9, 4}}) {
+    const auto [q, k, v] = random_qkv(1, 2, tq, tk, 8, 8, test_seed() + static_cast<uint64_t>(tq));
+    const Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true, .scale = 0.3});
+    EXPECT_TRUE(all_close(y, loop_attention(q, k, v, true, {}, 0.3), 1e-12, 1e-12)) << tq << "x" << tk;
+  }
+}
+
+TEST(Attention, BooleanAndAdditiveMasksBroadcast) {
+  const auto [q, k, v] = random_qkv(2, 2, 5, 6, 4, 4, test_seed());
+  // A key-padding mask (B, 1, 1, Tk): batch 0 hides its last two keys, batch 1 its first.
+  std::vector<uint8_t> pad = {1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1};
+  const Tensor keep = tensor<uint8_t>(pad, {2, 1, 1, 6}).to(kBool);
+  Tensor additive = where(keep, zeros({}, {.dtype = kFloat64}), full({}, -kInf, {.dtype = kFloat64}));
+  const Tensor full_mask = additive.expand({2, 2, 5, 6});
+  EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.mask = keep}),
+                        loop_attention(q, k, v, false, full_mask, 0.5), 1e-12, 1e-12));
+  // An additive (Tq, Tk) bias shared by every batch and head, with causal on top.
+  const Tensor bias = random_input({5, 6}, test_seed() + 9);
+  EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.causal = true, .mask = bias}),
+                        loop_attention(q, k, v, true, bias.expand({2, 2, 5, 6}), 0.5), 1e-12, 1e-12));
+}
+
+TEST(Attention, EveryInputHasGradients) {
+  const auto [q, k, v] = random_qkv(1, 2, 4, 5, 3, 2, test_seed(), /*requires_grad=*/true);
+  const Tensor bias = random_input({4, 5}, test_seed() + 5, kFloat64, true);
+  for (bool causal : {false, true}) {
+    auto fn = [causal](const TensorList& in) {
+      return scaled_dot_product_attention(in[0], in[1], in[2], {.causal = causal, .mask = in[3]});
+    };
+    EXPECT_TRUE(gradcheck(fn, {q, k, v, bias})) << "causal " << causal;
+  }
+}
+
+TEST(Attention, GradientsThroughNonContiguousHeads) {
+  // The layout a transformer hands over: (B, T, H, D) transposed to (B, H, T, D).
+  const Tensor q = random_input({2, 4, 3, 4}, test_seed(), kFloat64, true);
+  const Tensor k = random_input({2, 4, 3, 4}, test_seed() + 1, kFloat64, true);
+  const Tensor v = random_input({2, 4, 3, 4}, test_seed() + 2, kFloat64, true);
+  auto fn = [](const TensorList& in) {
+    return scaled_dot_product_attention(in[0].transpose(1, 2), in[1].transpose(1, 2), in[2].transpose(1, 2),
+                                        {.causal = true});
+  };
+  EXPECT_TRUE(gradcheck(fn, {q, k, v}));
+}
+
+TEST(Attention, DropoutDropsTheBernoulliDrawnWeights) {
+  const auto [q, k, v] = random_qkv(1, 2, 4, 5, 3, 3, test_seed());
+  const double p = 0.25;
+  Generator gen(test_seed() + 7);
+  const Tensor y = scaled_dot_product_attention(q, k, v, {.dropout = p, .generator = &gen});
+  Generator same(test_seed() + 7);
+  const Tensor keep = bernoulli({1, 2, 4, 5}, 1 - p, {.dtype = kFloat64}, &same) / (1 - p);
+  EXPECT_TRUE(all_close(y, loop_attention(q, k, v, false, {}, 1 / std::sqrt(3.0), keep), 1e-12, 1e-12));
+}
+
+TEST(Attention, ThreeDimensionalInputsAndFloat32) {
+  const auto [q, k, v] = random_qkv(1, 3, 4, 4, 8, 8, test_seed());
+  const Tensor y = scaled_dot_product_attention(q.select(0, 0).to(kFloat32), k.select(0, 0).to(kFloat32),
+                                                v.select(0, 0).to(kFloat32), {.causal = true});
+  EXPECT_EQ(y.dtype(), kFloat32);
+  EXPECT_TRUE(all_close(y.unsqueeze(0), loop_attention(q, k, v, true, {}, 1 / std::sqrt(8.0)), 1e-5, 1e-6));
+}
+
+TEST(Attention, AutocastRunsInTheLowerPrecision) {
+  const auto [q, k, v] = random_qkv(1, 2, 4, 4, 8, 8, test_seed());
+  Tensor y;
+  {
+    amp::Autocast autocast(Device::cpu(), kBFloat16);
+    y = scaled_dot_product_attention(q.to(kFloat32), k.to(kFloat32), v.to(kFloat32));
+  }
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_TRUE(all_close(y, loop_attention(q, k, v, false, {}, 1 / std::sqrt(8.0)), 3e-2, 3e-2));
+}
+
+TEST(Attention, BadInputsNameWhatIsWrong) {
+  const auto [q, k, v] = random_qkv(1, 2, 4, 5, 3, 3, test_seed());
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k.narrow(3, 0, 2), v), "scaled_dot_product_attention",
+                     "(..., Tq, D)");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v.to(kFloat32)), "one floating dtype");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.dropout = 1.0}), "dropout must be in [0, 1)");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.scale = -1.0}), "scale must be finite and > 0");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.mask = ones({3, 5}, {.dtype = kBool})}),
+                     "cannot be broadcast");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.mask = ones({4, 5}, {.dtype = kInt64})}),
+                     "bool (true = attend) or floating");
+}
+
+// ---- rotary embedding ----------------------------------------------------------------------------
+
+// Rotates pairs (i, i + D/2), or (2i, 2i + 1) when interleaved, by (offset + t) * base^(-2i/D).
+Tensor loop_rotary(const Tensor& x, double base, int64_t offset, bool interleaved) {
+  const int64_t T = x.size(-2), D = x.size(-1), half = D / 2;
+  auto v = x.to(kFloat64).contiguous().to_vector<double>();
+  for (size_t row = 0; row < v.size() / static_cast<size_t>(D); ++row) {
+    const double t = static_cast<double>(offset + static_cast<int64_t>(row) % T);
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = t * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      const size_t ia = row * D + (interleaved ? 2 * i : i),
+                   ib = row * D + (interleaved ? 2 * i + 1 : i + half);
+      const double a = v[ia], b = v[ib];
+      v[ia] = a * std::cos(angle) - b * std::sin(angle);
+      v[ib] = b * std::cos(angle) + a * std::sin(angle);
+    }
+  }
+  return tensor<double>(v, x.sizes());
+}
+
+TEST(Rotary, MatchesLoopsForBothPairings) {
+  const Tensor x = random_input({2, 3, 7, 8}, test_seed());
+  for (bool interleaved : {false, true}) {
+    EXPECT_TRUE(all_close(rotary_embedding(x, {.interleaved = interleaved}),
+                          loop_rotary(x, 10000, 0, interleaved), 1e-12, 1e-12))
+        << interleaved;
+    EXPECT_TRUE(all_close(rotary_embedding(x, {.base = 500, .offset = 11, .interleaved = interleaved}),
+                          loop_rotary(x, 500, 11, interleaved), 1e-12, 1e-12))
+        << interleaved;
+  }
+  const Tensor y = rotary_embedding(x.to(kBFloat16));
+  EXPECT_EQ(y.dtype(), kBFloat16);
+  EXPECT_TRUE(all_close(y, loop_rotary(x, 10000, 0, false), 2e-2, 2e-2));
+}
+
+TEST(Rotary, KeepsDotProductsRelative) {
+  // What rotary embeddings are for: q_m . k_n depends on m - n only.
+  const Tensor q = random_input({1, 8}, test_seed()), k = random_input({1, 8}, test_seed() + 1);
+  auto dot = [&](int64_t m, int64_t n) {
+    return (rotary_embedding(q, {.offset = m}) * rotary_embedding(k, {.offset = n})).sum().item<double>();
+  };
+  EXPECT_NEAR(dot(5, 2), dot(13, 10), 1e-10);
+  EXPECT_NEAR(dot(0, 7), dot(20, 27), 1e-10);
+}
+
+TEST(Rotary, GradientsAndErrors) {
+  const Tensor x = random_input({2, 5, 6}, test_seed(), kFloat64, true);
+  for (bool interleaved : {false, true}) {
+    EXPECT_TRUE(gradcheck(
+        [interleaved](const TensorList& in) {
+          return rotary_embedding(in[0], {.offset = 3, .interleaved = interleaved});
+        },
+        {x}));
+  }
+  EXPECT_NABLA_ERROR(rotary_embedding(random_input({2, 5}, 1)), "rotary_embedding", "D even");
+  EXPECT_NABLA_ERROR(rotary_embedding(x, {.offset = -1}), "rotary_embedding", "offset >= 0");
+}
+
+// ---- tril, triu, masked_fill ------------------------------------------------------------------
+
+Tensor loop_triangle(const Tensor& x, int64_t diagonal, bool lower) {
+  const int64_t rows = x.size(-2), cols = x.size(-1);
+  auto v = x.to(kFloat64).contiguous().to_vector<double>();
+  for (size_t at = 0; at < v.size(); ++at) {
+    const int64_t i = static_cast<int64_t>(at) / cols % rows, j = static_cast<int64_t>(at) % cols;
+    if (lower ? j - i > diagonal : j - i < diagonal) v[at] = 0;
+  }
+  return tensor<double>(v, x.sizes());
+}
+
+TEST(Masking, TrilAndTriuKeepTheirTriangleForEveryDiagonal) {
+  const Tensor x = random_input({2, 4, 6}, test_seed());
+  for (int64_t d : {-2, 0, 1, 5}) {
+    EXPECT_TRUE(all_close(tril(x, {.diagonal = d}), loop_triangle(x, d, true), 0, 0)) << d;
+    EXPECT_TRUE(all_close(triu(x, {.diagonal = d}), loop_triangle(x, d, false), 0, 0)) << d;
+  }
+  const Tensor b = tril(ones({3, 3}, {.dtype = kBool}));
+  EXPECT_EQ(b.dtype(), kBool);
+  EXPECT_EQ(b.to(kInt64).to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 0, 1, 1, 0, 1, 1, 1}));
+  EXPECT_TRUE(gradcheck([](const TensorList& in) { return triu(in[0], {.diagonal = 1}); },
+                        {random_input({3, 4}, test_seed() + 1, kFloat64, true)}));
+  EXPECT_NABLA_ERROR(tril(ones({3})), "tril", "at least 2 dims");
+}
+
+TEST(Masking, MaskedFillBroadcastsTheMask) {
+  const Tensor x = random_input({2, 3}, test_seed(), kFloat64, true);
+  const Tensor mask = tensor<uint8_t>({1, 0, 1}, {3}).to(kBool);
+  const Tensor y = masked_fill(x, mask, -5.0);
+  auto expect = x.detach().to_vector<double>();
+  for (size_t at : {0, 2, 3, 5}) expect[at] = -5.0;
+  EXPECT_TRUE(all_close(y, tensor<double>(expect, {2, 3}), 0, 0));
+  EXPECT_TRUE(gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 2.0); }, {x}));
+  EXPECT_NABLA_ERROR(masked_fill(x, ones({2, 3}), 0.0), "masked_fill", "must be bool");
+  EXPECT_NABLA_ERROR(masked_fill(x, ones({4, 3}, {.dtype = kBool}), 0.0), "masked_fill");
+}
+
+}  // namespace
+}  // namespace nabla
