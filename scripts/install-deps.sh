@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
   python3-torch python3-torchvision python3-numpy
-  dataset-fashion-mnist mate-backgrounds libgloo-dev
+  dataset-fashion-mnist mate-backgrounds libgloo-dev fortunes
 )
 
 missing=()

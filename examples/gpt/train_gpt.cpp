@@ -1,8 +1,10 @@
-// Trains the GPT of gpt.h with nabla's public API: AdamW (no decay on biases and norms), bf16
-// autocast on CUDA, gradient clipping at 1.0, on synthetic tokens or on a token file.
+// Trains the GPT of gpt.h with nabla's public API: AdamW (no decay on biases and norms), cosine
+// learning rate after a linear warm-up, bf16 autocast on CUDA, gradient clipping at 1.0, on
+// synthetic tokens, a token file or the bytes of text files; then samples from it.
 //
 //   train_gpt --bench [--batch 16] [--seq 1024] [--steps 30] [--warmup 10]   # GPT-2 124M speed
 //   train_gpt --data tokens.bin --layers 4 --heads 4 --width 256 --vocab 256 --steps 200
+//   train_gpt --text /usr/share/games/fortunes --small --steps 2000 --sample 400   # byte-level demo
 //   train_gpt --tiny --steps 30          # a small model on counting sequences; fails unless the loss falls
 //
 // Token files are nanoGPT's raw uint16 or llm.c's (a 256 x int32 header with magic 20240520,
@@ -11,12 +13,17 @@
 // ../shared/bench/torch_gpt2.py prints for PyTorch.
 #include <nabla/nabla.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,44 +39,56 @@ struct Args {
   int64_t batch = 16, seq = 1024, steps = 30, warmup = 10;
   double lr = 6e-4;
   bool bench = false, amp = true;
-  std::string data;
+  std::string data, text, prompt = "\n";
+  int64_t sample = 0, top_k = 40;
+  double temperature = 0.8;
 };
 
 Args parse(int argc, char** argv) {
   Args a;
-  auto number = [&](int& i) {
+  int i = 1;
+  auto value = [&]() -> std::string {
     if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
-    return std::stoll(argv[++i]);
+    return argv[++i];
   };
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--bench")
-      a.bench = true;
-    else if (flag == "--no-amp")
-      a.amp = false;
-    else if (flag == "--tiny")
-      a.model = {.vocab = 256, .context = 64, .layers = 2, .heads = 2, .width = 64}, a.batch = 4, a.seq = 64;
-    else if (flag == "--batch")
-      a.batch = number(i);
-    else if (flag == "--seq")
-      a.seq = number(i);
-    else if (flag == "--steps")
-      a.steps = number(i);
-    else if (flag == "--warmup")
-      a.warmup = number(i);
-    else if (flag == "--layers")
-      a.model.layers = number(i);
-    else if (flag == "--heads")
-      a.model.heads = number(i);
-    else if (flag == "--width")
-      a.model.width = number(i);
-    else if (flag == "--vocab")
-      a.model.vocab = number(i);
-    else if (flag == "--data" && i + 1 < argc)
-      a.data = argv[++i];
-    else
-      throw std::invalid_argument("unknown flag " + flag + " (see the comment at the top of train_gpt.cpp)");
+  auto number = [&] { return std::stoll(value()); };
+  const std::map<std::string, std::function<void()>> flags = {
+      {"--bench", [&] { a.bench = true; }},
+      {"--no-amp", [&] { a.amp = false; }},
+      {"--tiny",
+       [&] {
+         a.model = {.vocab = 256, .context = 64, .layers = 2, .heads = 2, .width = 64};
+         a.batch = 4, a.seq = 64;
+       }},
+      {"--small",
+       [&] {
+         a.model = {.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384};
+         a.batch = 64, a.seq = 256, a.lr = 1e-3;
+       }},
+      {"--batch", [&] { a.batch = number(); }},
+      {"--seq", [&] { a.seq = number(); }},
+      {"--steps", [&] { a.steps = number(); }},
+      {"--warmup", [&] { a.warmup = number(); }},
+      {"--layers", [&] { a.model.layers = number(); }},
+      {"--heads", [&] { a.model.heads = number(); }},
+      {"--width", [&] { a.model.width = number(); }},
+      {"--vocab", [&] { a.model.vocab = number(); }},
+      {"--lr", [&] { a.lr = std::stod(value()); }},
+      {"--data", [&] { a.data = value(); }},
+      {"--text", [&] { a.text = value(); }},
+      {"--prompt", [&] { a.prompt = value(); }},
+      {"--sample", [&] { a.sample = number(); }},
+      {"--top-k", [&] { a.top_k = number(); }},
+      {"--temperature", [&] { a.temperature = std::stod(value()); }},
+  };
+  for (; i < argc; ++i) {
+    const auto it = flags.find(argv[i]);
+    if (it == flags.end()) {
+      throw std::invalid_argument(std::string("unknown flag ") + argv[i] + " (see the top of train_gpt.cpp)");
+    }
+    it->second();
   }
+  if (!a.text.empty()) a.model.vocab = 256;  // bytes
   a.model.context = std::max(a.model.context, a.seq);
   return a;
 }
@@ -96,6 +115,54 @@ std::vector<uint16_t> read_tokens(const std::string& path) {
   return tokens;
 }
 
+// The bytes of a text file, or of every file in a directory (fortune's index files *.dat and
+// the *.u8 copies left out), as byte-level tokens.
+std::vector<uint16_t> read_text(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path)) {
+      const auto ext = e.path().extension();
+      if (e.is_regular_file() && ext != ".dat" && ext != ".u8") files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::vector<uint16_t> tokens;
+  for (const auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + f.string());
+    for (char c; in.get(c);) tokens.push_back(static_cast<uint8_t>(c));
+  }
+  if (tokens.size() < 2) throw std::runtime_error("no text under " + path);
+  return tokens;
+}
+
+// Continues `prompt` (bytes) by `count` tokens: softmax of the last position's logits at
+// `temperature`, restricted to the top_k most likely, one multinomial draw per token.
+std::string sample_text(gpt::GPT& model, const std::string& prompt, int64_t count, double temperature,
+                        int64_t top_k, nb::Device device) {
+  nb::NoGradGuard no_grad;
+  model.eval();
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  std::string out;
+  nb::Generator gen(7);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(ids.size()), model.config.context);
+    const std::vector<int64_t> window(ids.end() - T, ids.end());
+    const nb::Tensor x = nb::tensor<int64_t>(window, {1, T}).to(device);
+    const nb::Tensor last = model.logits(x).select(1, T - 1).to(nb::kFloat32);  // (1, V)
+    const auto [top, where] = nb::topk(last, std::min(top_k, last.size(-1)));
+    const nb::Tensor pick = nb::multinomial(nb::softmax(top / temperature, -1), 1, {.generator = &gen});
+    const int64_t token = nb::gather(where, 1, pick).item<int64_t>();
+    ids.push_back(token);
+    out.push_back(static_cast<char>(token));
+  }
+  model.train();
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -113,6 +180,7 @@ int main(int argc, char** argv) try {
 
   std::vector<uint16_t> tokens;
   if (!a.data.empty()) tokens = read_tokens(a.data);
+  if (!a.text.empty()) tokens = read_text(a.text);
   nb::Generator gen(1);
   auto batch = [&]() -> std::pair<nb::Tensor, nb::Tensor> {
     nb::Tensor window;
@@ -138,6 +206,15 @@ int main(int argc, char** argv) try {
     return {window.narrow(1, 0, a.seq), window.narrow(1, 1, a.seq)};
   };
   const bool amp = a.amp && device.is_cuda();
+  // Cosine decay to a tenth of the peak after a linear warm-up over the first 5% of the steps.
+  auto set_lr = [&](int64_t i) {
+    const int64_t warm = std::max<int64_t>(1, a.steps / 20);
+    const double progress =
+        std::clamp(double(i - warm) / double(std::max<int64_t>(1, a.steps - warm)), 0.0, 1.0);
+    const double lr = i < warm ? a.lr * double(i + 1) / double(warm)
+                               : a.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(3.141592653589793 * progress)));
+    for (auto& group : opt.param_groups()) group.lr = lr;
+  };
   auto step = [&](const nb::Tensor& x, const nb::Tensor& y) {
     nb::Tensor loss;
     {
@@ -185,14 +262,24 @@ int main(int argc, char** argv) try {
     return 0;
   }
   double first = 0, last = 0;
+  const auto started = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < a.steps; ++i) {
+    set_lr(i);
     const auto [x, y] = batch();
     const double loss = step(x, y).item<double>();
     if (i == 0) first = loss;
     last = loss;
-    if (i % 10 == 0 || i + 1 == a.steps) std::printf("step %lld loss %.4f\n", (long long)i, loss);
+    if (i % std::max<int64_t>(1, a.steps / 10) == 0 || i + 1 == a.steps) {
+      std::printf("step %lld loss %.4f (%.1f s)\n", (long long)i, loss,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
   }
   std::printf("loss %.4f -> %.4f\n", first, last);
+  if (a.sample > 0) {
+    std::printf("--- sample (temperature %.2f, top-k %lld) ---\n%s%s\n---\n", a.temperature,
+                (long long)a.top_k, a.prompt.c_str(),
+                sample_text(model, a.prompt, a.sample, a.temperature, a.top_k, device).c_str());
+  }
   return last < first ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "train_gpt: %s\n", e.what());
