@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One GPU call for issues 22 and 24 (session 11): the GPT-2 benchmark beside PyTorch, the whole
-# GPU test suite, and a ResNet-50 step check; logs under $OUT, a short table last.
+# One GPU call for the transformer work (issue 24): the GPT-2 benchmark beside PyTorch, the new
+# GPU tests, the byte-level demo on Debian's fortunes (copied to .gpu-data/fortunes and carried),
+# then the whole GPU suite; logs under $OUT. Carry build/cuda/gpu-bundle.tar.xz and .gpu-data.
 set -uo pipefail
 build=build/cuda
 out=${OUT:-/tmp/nabla-gpu}
