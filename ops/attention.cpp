@@ -172,7 +172,7 @@ Tensor rotary_embedding(const Tensor& x, RotaryOptions options) {
 }
 
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
-                                    AttentionOptions options) {
+                                    const AttentionOptions& options) {
   // Autocast: lower precision, as matmul (PyTorch's list has it there too); the mask keeps its dtype.
   const auto [q, k, v] = ops::autocast(ops::AutocastCategory::LowerPrecision, {q_arg, k_arg, v_arg});
   check_inputs(q, k, v, options);

@@ -36,7 +36,7 @@ struct AttentionOptions {
 };
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    AttentionOptions options = {});
+                                    const AttentionOptions& options = {});
 
 // Rotary position embedding (RoFormer; used by LLaMA and GPT-NeoX): rotates each pair of features
 // (a, b) of the row at position t by the angle t * base^(-2i / D), i the pair's index:

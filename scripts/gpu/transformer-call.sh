@@ -10,12 +10,12 @@ mkdir -p "$out"
 tar -C "$build" -xJf "$build/gpu-bundle.tar.xz"
 export LD_LIBRARY_PATH="$PWD/$build/gpu-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout 90 "$build/examples/train_gpt" --bench 2>&1 | tee "$out/gpt_nabla.log"
-PYTHONUNBUFFERED=1 timeout 200 python3 bench/pytorch/torch_gpt2.py --modes eager,compile 2>&1 | tee "$out/gpt_torch.log"
-timeout 120 "$build/examples/train_gpt" --text .gpu-data/fortunes --small --steps 2000 --sample 500 > "$out/gpt_demo.log" 2>&1
+timeout 60 "$build/examples/train_gpt" --bench 2>&1 | tee "$out/gpt_nabla.log"
+PYTHONUNBUFFERED=1 timeout 150 python3 bench/pytorch/torch_gpt2.py --modes eager,compile 2>&1 | tee "$out/gpt_torch.log"
+timeout 80 "$build/examples/train_gpt" --text .gpu-data/fortunes --small --steps 1200 --sample 500 > "$out/gpt_demo.log" 2>&1
 tail -14 "$out/gpt_demo.log"
 for bin in cuda core apps nccl; do
-  timeout 300 "$build/tests/nabla_${bin}_tests" > "$out/tests_$bin.log" 2>&1
+  timeout 170 "$build/tests/nabla_${bin}_tests" > "$out/tests_$bin.log" 2>&1
   echo "== $bin rc=$? $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+|^\[  SKIPPED \] [0-9]+' "$out/tests_$bin.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \] [A-Z]|info \]' "$out/tests_$bin.log" | head -20
 done
