@@ -27,19 +27,21 @@ Tensor additive(const Tensor& mask, DType dtype) {
                zeros({}, {.dtype = dtype, .device = mask.device()}));
 }
 
+// The options checked before any member is built, so a bad one gets this module's message.
+LinearOptions checked_out_proj(const MultiheadAttentionOptions& o) {
+  NABLA_CHECK(o.embed_dim > 0 && o.num_heads > 0 && o.embed_dim % o.num_heads == 0,
+              "MultiheadAttention: embed_dim ({}) must be > 0 and divisible by num_heads ({})", o.embed_dim,
+              o.num_heads);
+  NABLA_CHECK(o.dropout >= 0 && o.dropout < 1, "MultiheadAttention: dropout must be in [0, 1), got {}",
+              o.dropout);
+  return {.in = o.embed_dim, .out = o.embed_dim, .bias = o.bias, .tensor_options = o.tensor_options};
+}
+
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options)
-    : out_proj({.in = options.embed_dim,
-                .out = options.embed_dim,
-                .bias = options.bias,
-                .tensor_options = options.tensor_options}),
-      options_(options) {
-  const int64_t E = options.embed_dim, H = options.num_heads;
-  NABLA_CHECK(E > 0 && H > 0 && E % H == 0,
-              "MultiheadAttention: embed_dim ({}) must be > 0 and divisible by num_heads ({})", E, H);
-  NABLA_CHECK(options.dropout >= 0 && options.dropout < 1,
-              "MultiheadAttention: dropout must be in [0, 1), got {}", options.dropout);
+    : out_proj(checked_out_proj(options)), options_(options) {
+  const int64_t E = options.embed_dim;
   // PyTorch's _reset_parameters: xavier_uniform_ in_proj_weight, zero biases; out_proj.weight
   // keeps Linear's initialization.
   in_proj_weight = empty({3 * E, E}, options.tensor_options);
@@ -93,13 +95,13 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
                 "MultiheadAttention: attn_mask must be ({}, {}) or ({}, {}, {}), got {}", L, S, N * H, L, S,
                 describe(m));
     mask = additive(m, dtype);
-    if (m.dim() == 3) mask = mask.view({N, H, L, S});
+    if (m.dim() == 3) mask = mask.reshape({N, H, L, S});
   }
   if (masks.key_padding_mask.defined()) {
     const Tensor& m = masks.key_padding_mask;
     NABLA_CHECK(m.dim() == 2 && m.size(0) == N && m.size(1) == S,
                 "MultiheadAttention: key_padding_mask must be ({}, {}), got {}", N, S, describe(m));
-    const Tensor padding = additive(m, dtype).view({N, 1, 1, S});
+    const Tensor padding = additive(m, dtype).reshape({N, 1, 1, S});
     mask = mask.defined() ? mask + padding : padding;
   }
   const double p = is_training() ? options_.dropout : 0.0;

@@ -51,7 +51,7 @@ class MultiheadAttention : public Module {
 };
 
 struct RMSNormOptions {
-  std::optional<double> eps;       // default: the machine epsilon of the input's dtype, as PyTorch
+  std::optional<double> eps;       // default: float32's machine epsilon (float64's for float64 input)
   bool elementwise_affine = true;  // a learnable weight, starting at 1
   TensorOptions tensor_options = {};
 };

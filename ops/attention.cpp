@@ -129,7 +129,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
                        Tensor dq = Tensor::empty(s[0].sizes(), s[0].options());
                        Tensor dk = Tensor::empty(s[1].sizes(), s[1].options());
                        Tensor dv = Tensor::empty(s[2].sizes(), s[2].options());
-                       const Tensor dout = ctx.grad().contiguous();
+                       const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
                        ops::dispatch(
                            kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
                            [&] {

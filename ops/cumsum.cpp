@@ -13,7 +13,10 @@ namespace nabla {
 namespace {
 
 Tensor scan(const Tensor& x, int64_t dim, bool reverse) {
-  const Tensor moved = x.transpose(dim, -1).contiguous();
+  const Tensor moved = [&] {
+    NoGradGuard no_grad;  // the node below is the op's; the copy needs no history
+    return x.transpose(dim, -1).contiguous();
+  }();
   const DType out_dtype = x.is_floating_point() ? x.dtype() : kInt64;
   Tensor out = Tensor::empty(moved.sizes(), {.dtype = out_dtype, .device = x.device()});
   const int64_t n = moved.size(-1), rows = n == 0 ? 0 : moved.numel() / n;

@@ -126,12 +126,10 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                 RMSNormOptions options) {
-  // PyTorch's default eps is the machine epsilon of the input's dtype (torch.finfo(x.dtype).eps).
-  const double machine_eps = !x.defined()             ? 0.0
-                             : x.dtype() == kBFloat16 ? 0x1p-7
-                             : x.dtype() == kFloat16  ? 0x1p-10
-                             : x.dtype() == kFloat64  ? std::numeric_limits<double>::epsilon()
-                                                      : std::numeric_limits<float>::epsilon();
+  // PyTorch's default eps is the machine epsilon of the type the math runs in: float64's for
+  // float64, float32's otherwise (16-bit inputs compute in float32).
+  const double machine_eps = x.defined() && x.dtype() == kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                                  : std::numeric_limits<float>::epsilon();
   return row_norm(RowNorm::Rms, x, normalized_shape, weight, {}, options.eps.value_or(machine_eps));
 }
 

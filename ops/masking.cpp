@@ -2,6 +2,8 @@
 // gradient comes from where's backward.
 #include "nabla/ops/masking.h"
 
+#include <cmath>
+
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -43,6 +45,10 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
   NABLA_CHECK(mask.dim() <= x.dim() && broadcast_shapes(mask.sizes(), x.sizes(), "masked_fill") == x.sizes(),
               "masked_fill: the mask {} does not broadcast to the input's shape {}", shape_str(mask.sizes()),
               shape_str(x.sizes()));
+  NABLA_CHECK(x.is_floating_point() || (std::isfinite(value) && value == std::nearbyint(value) &&
+                                        (x.dtype() != kBool || value == 0 || value == 1)),
+              "masked_fill: the value {} does not fit a {} tensor (expected {})", value,
+              dtype_name(x.dtype()), x.dtype() == kBool ? "0 or 1" : "a finite whole number");
   return where(mask, full({}, value, x.options()), x);
 }
 

@@ -61,7 +61,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // undefined. Float16/bfloat16 compute in float32. It runs on layer norm's kernels without the
 // centring (one fused kernel per pass on each backend).
 struct RMSNormOptions {
-  std::optional<double> eps;  // > 0; default: the machine epsilon of x's dtype, as PyTorch
+  std::optional<double> eps;  // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
 };
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                 RMSNormOptions options = {});

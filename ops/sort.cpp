@@ -27,8 +27,11 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, SortOptions options) {
   ops::check_defined("sort", x, "input");
   const int64_t dim = wrap_dim(options.dim, std::max<int64_t>(x.dim(), 1), "sort");
   if (x.dim() == 0) return {x.clone(), zeros({}, {.dtype = kInt64, .device = x.device()})};
-  // (rows, n) with the sorted dim last.
-  const Tensor moved = x.transpose(dim, -1).contiguous();
+  // (rows, n) with the sorted dim last; the copy needs no history (the node below is the op's).
+  const Tensor moved = [&] {
+    NoGradGuard no_grad;
+    return x.transpose(dim, -1).contiguous();
+  }();
   const int64_t n = moved.size(-1), rows = n == 0 ? 0 : moved.numel() / n;
   Tensor values = Tensor::empty(moved.sizes(), moved.options());
   Tensor indices = Tensor::empty(moved.sizes(), {.dtype = kInt64, .device = x.device()});
@@ -41,8 +44,6 @@ std::pair<Tensor, Tensor> sort(const Tensor& x, SortOptions options) {
   values = values.transpose(dim, -1);
   indices = indices.transpose(dim, -1);
   if (autograd::needs_grad({x})) {
-    NoGradGuard no_grad;
-    values = values.detach();
     autograd::record("SortBackward", {x}, {values}, {indices},
                      [dim, sizes = x.sizes()](autograd::BackwardContext& c) {
                        return TensorList{picked_backward(c.grad(), c.saved[0], dim, sizes)};

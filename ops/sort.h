@@ -8,8 +8,7 @@
 // agree on ties. NaN sorts above every number, as in PyTorch (on CUDA, NaNs with the sign bit set
 // sort below -inf; the NaNs CUDA arithmetic produces do not have it). Indices are int64. Values
 // are differentiable: the gradient flows back to the positions the indices name. CUDA sorts rows
-// with CUB's segmented radix sort; rows (the product of the other dims) and elements must each
-// number below 2^31 there.
+// with CUB's segmented radix sort; a tensor must have fewer than 2^31 elements there.
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,10 @@
 // an output layer tied to the token embedding.
 //
 // Parameter names and layouts are Hugging Face's GPT2LMHeadModel's, so its checkpoints load
-// unchanged: transformer.wte/wpe, transformer.h.{i}.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/
-// mlp.c_proj, transformer.ln_f, and lm_head.weight tied to transformer.wte.weight. The attention
-// and MLP projections are GPT-2's Conv1D: weights stored (in, out), so c_attn.weight is (C, 3C).
+// unchanged (with Config{.vocab = 50257}: the default 50304 is nanoGPT's padded vocabulary):
+// transformer.wte/wpe, transformer.h.{i}.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/ mlp.c_proj,
+// transformer.ln_f, and lm_head.weight tied to transformer.wte.weight. The attention and MLP projections are
+// GPT-2's Conv1D: weights stored (in, out), so c_attn.weight is (C, 3C).
 #pragma once
 
 #include <nabla/nabla.h>

@@ -145,7 +145,10 @@ std::string sample_text(gpt::GPT& model, const std::string& prompt, int64_t coun
                         int64_t top_k, nb::Device device) {
   nb::NoGradGuard no_grad;
   model.eval();
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  if (prompt.empty()) throw std::invalid_argument("--prompt must hold at least one byte");
+  if (!(temperature > 0)) throw std::invalid_argument("--temperature must be > 0");
+  std::vector<int64_t> ids;
+  for (unsigned char c : prompt) ids.push_back(c);  // bytes 0..255, whatever char's sign
   std::string out;
   nb::Generator gen(7);
   for (int64_t i = 0; i < count; ++i) {

@@ -33,7 +33,8 @@ __device__ __forceinline__ MaxSum<A> combine(MaxSum<A> a, MaxSum<A> b) {
     a = b;
     b = t;
   }
-  // a.max >= b.max; an empty side (max -inf) adds nothing.
+  // a.max >= b.max, or one is NaN: NaN must reach the result. An empty side (max -inf) adds nothing.
+  if (isnan(b.max)) return b;
   if (b.max == -INFINITY) return a;
   return {a.max, a.sum + b.sum * exp(b.max - a.max)};
 }
@@ -77,9 +78,9 @@ __global__ void __launch_bounds__(kRowThreads)
   const int64_t t = target[n];
   A out = A(0);
   if (t != ignore_index) {
-    out = (t >= 0 && t < C) ? (A(1) - A(smoothing)) * (l - load_as_opmath(row[t])) +
-                                  A(smoothing) * (l - total / static_cast<A>(C))
-                            : A(NAN);
+    // The smoothing term only when smoothing is on: with a -inf logit the class mean is -inf.
+    out = (t >= 0 && t < C) ? l - load_as_opmath(row[t]) : A(NAN);
+    if (smoothing > 0) out = (A(1) - A(smoothing)) * out + A(smoothing) * (l - total / static_cast<A>(C));
   }
   loss[n] = out;
 }
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kRowThreads)
 }
 
 unsigned row_grid(int64_t rows) {
-  NABLA_ASSERT(rows < (int64_t{1} << 31), "cross_entropy over {} rows", rows);
+  NABLA_CHECK(rows < (int64_t{1} << 31), "cross_entropy: {} rows are more than one launch takes (2^31 - 1)",
+              rows);
   return static_cast<unsigned>(rows);
 }
 

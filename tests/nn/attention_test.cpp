@@ -61,6 +61,7 @@ TEST(MultiheadAttention, SequenceFirstLayoutAndErrors) {
   batch_first.load_state_dict(attn.state_dict());
   EXPECT_TRUE(all_close(attn(x), batch_first(x.transpose(0, 1)).transpose(0, 1), 1e-5, 1e-6));
   EXPECT_NABLA_ERROR(nn::MultiheadAttention({.embed_dim = 10, .num_heads = 3}), "divisible by num_heads");
+  EXPECT_NABLA_ERROR(nn::MultiheadAttention({}), "MultiheadAttention", "embed_dim (0) must be > 0");
   EXPECT_NABLA_ERROR(attn(random_input({5, 3, 6}, 1, kFloat32)), "MultiheadAttention", "8 features");
   EXPECT_NABLA_ERROR(attn.forward(x, x, x, {.attn_mask = ones({4, 5}, {.dtype = kBool})}),
                      "attn_mask must be (5, 5)");

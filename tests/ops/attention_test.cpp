@@ -255,6 +255,10 @@ TEST(Masking, MaskedFillBroadcastsTheMask) {
   EXPECT_TRUE(gradcheck([&](const TensorList& in) { return masked_fill(in[0], mask, 2.0); }, {x}));
   EXPECT_NABLA_ERROR(masked_fill(x, ones({2, 3}), 0.0), "masked_fill", "must be bool");
   EXPECT_NABLA_ERROR(masked_fill(x, ones({4, 3}, {.dtype = kBool}), 0.0), "masked_fill");
+  EXPECT_NABLA_ERROR(masked_fill(ones({3}, {.dtype = kInt64}), mask, -INFINITY), "masked_fill",
+                     "does not fit", "finite whole number");
+  EXPECT_EQ(masked_fill(ones({3}, {.dtype = kInt64}), mask, 7.0).to_vector<int64_t>(),
+            (std::vector<int64_t>{7, 1, 7}));
 }
 
 }  // namespace

@@ -181,6 +181,22 @@ TEST(CrossEntropy, FusedRowsHaveSecondDerivatives) {
   }
 }
 
+TEST(CrossEntropy, AMinusInfinityLogitIsAClassThatCannotBeChosen) {
+  // A masked class (-inf logit) away from the target: a finite loss without smoothing, and with
+  // smoothing +inf (its log-probability is -inf), as PyTorch gives.
+  const Tensor x = tensor<double>({0.5, -INFINITY, 1.0, 2.0, 0.25, -1.0}, {2, 3});
+  const Tensor t = tensor<int64_t>({0, 2});
+  const auto per = cross_entropy(x, t, {.reduction = Reduction::None}).to_vector<double>();
+  EXPECT_NEAR(per[0], std::log(std::exp(0.5) + std::exp(1.0)) - 0.5, 1e-12);
+  EXPECT_NEAR(per[1], std::log(std::exp(2.0) + std::exp(0.25) + std::exp(-1.0)) + 1.0, 1e-12);
+  const Tensor xg = x.detach().requires_grad_(true);
+  cross_entropy(xg, t).backward();
+  const auto g = xg.grad().to_vector<double>();
+  EXPECT_EQ(g[1], 0.0);  // no gradient reaches the masked class
+  for (double v : g) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_TRUE(std::isinf(cross_entropy(x, t, {.label_smoothing = 0.1}).item<double>()));
+}
+
 TEST(CrossEntropy, Bfloat16LogitsUnderAutocastGiveTheFloat32Loss) {
   // The fused path reads bfloat16 logits as they are: the loss is the float32 loss of the same
   // (rounded) values, in float32, as autocast's float32 policy asks.

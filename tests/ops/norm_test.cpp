@@ -356,7 +356,8 @@ TEST(RMSNorm, MatchesLoopReferenceInEveryDtypeAndLayout) {
           << dtype_name(dtype) << " " << c.name;
     }
   }
-  // The default eps is the dtype's machine epsilon, as torch.nn.functional.rms_norm's.
+  // The default eps is float32's machine epsilon, as torch.nn.functional.rms_norm's (16-bit inputs
+  // too: PyTorch takes it from the type the math runs in).
   const Tensor x = random_input({3, 8}, seed + 1, kFloat32) * 1e-3;
   EXPECT_TRUE(all_close(rms_norm(x, {8}), loop_rms_norm(x, 8, {}, 0x1p-23), 1e-5, 1e-7));
 }

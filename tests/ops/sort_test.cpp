@@ -116,6 +116,7 @@ TEST(Multinomial, DrawsFollowTheProbabilitiesAndNeverPickZero) {
   EXPECT_NABLA_ERROR(multinomial(tensor<float>({0.5f, -0.1f}), 1), "multinomial",
                      "expected finite values >= 0");
   EXPECT_NABLA_ERROR(multinomial(zeros({2, 3}), 1), "multinomial", "no probability mass");
+  EXPECT_NABLA_ERROR(multinomial(p, 4), "multinomial", "3 categories of non-zero probability", "4 samples");
 }
 
 // The padded tensor by index arithmetic: output position j of a padded dim reads input index
