@@ -12,6 +12,7 @@
 #include "nabla/core/dtype.h"
 #include "nabla/core/error.h"
 #include "nabla/core/generator.h"
+#include "nabla/core/profiler.h"
 #include "nabla/core/io/safetensors.h"
 #include "nabla/core/tensor.h"
 #include "nabla/data/data.h"

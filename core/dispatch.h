@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "nabla/core/device.h"
+#include "nabla/core/profiler.h"
 #include "nabla/core/tensor.h"
 #include "nabla_generated/config.h"
 
@@ -31,6 +32,7 @@ inline constexpr bool kHasCuda = NABLA_HAS_CUDA != 0;
 // must return the same type). Note [One backend dispatch].
 template <class Cpu, class Cuda>
 decltype(auto) dispatch(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
+  const profiler::detail::Scope timed(op, device.is_cuda() ? device.index : -1);  // core/profiler.h
   if (device.is_cuda()) {
     if constexpr (kHasCuda) {
       return std::forward<Cuda>(cuda)();

@@ -6,6 +6,7 @@
 #include "nabla/nn/containers.h"
 #include "nabla/nn/init.h"
 #include "nabla/nn/layers.h"
+#include "nabla/nn/models/gpt2.h"
 #include "nabla/nn/models/resnet.h"
 #include "nabla/nn/models/small_cnn.h"
 #include "nabla/nn/module.h"

@@ -47,7 +47,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x_in, const char* name, UnaryPara
   Tensor out = Tensor::empty(
       x.sizes(), {.dtype = out_dtype, .device = x.device(), .memory_format = output_format(x.sizes(), {&x})});
   ops::dispatch(
-      "unary", x, [&] { ops::cpu::unary(op, x, out, p); }, [&] { ops::cuda::unary(op, x, out, p); });
+      ops::name(op), x, [&] { ops::cpu::unary(op, x, out, p); }, [&] { ops::cuda::unary(op, x, out, p); });
   return out;
 }
 
@@ -72,7 +72,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   Tensor out = Tensor::empty(
       sizes, {.dtype = out_dtype, .device = a.device(), .memory_format = output_format(sizes, {&a, &b})});
   ops::dispatch(
-      "binary", a, [&] { ops::cpu::binary(op, a, b, out, alpha); },
+      ops::name(op), a, [&] { ops::cpu::binary(op, a, b, out, alpha); },
       [&] { ops::cuda::binary(op, a, b, out, alpha); });
   return out;
 }

@@ -56,7 +56,7 @@ Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double al
   if (common == self.dtype()) {
     Tensor o = other.dtype() == common ? other : other.to(common);
     ops::dispatch(
-        "binary", self, [&] { ops::cpu::binary(op, self, o, self, alpha); },
+        ops::name(op), self, [&] { ops::cpu::binary(op, self, o, self, alpha); },
         [&] { ops::cuda::binary(op, self, o, self, alpha); });
     self.bump_version();
     return self;
@@ -79,7 +79,7 @@ Tensor& inplace_unary(Tensor& self, UnaryOp op, ops::UnaryParams params, const c
   if (autograd::needs_grad({self})) return commit(self, out_of_place(self.clone()));
   if (result == self.dtype()) {
     ops::dispatch(
-        "unary", self, [&] { ops::cpu::unary(op, self, self, params); },
+        ops::name(op), self, [&] { ops::cpu::unary(op, self, self, params); },
         [&] { ops::cuda::unary(op, self, self, params); });
     self.bump_version();
     return self;
@@ -139,7 +139,7 @@ Tensor& relu_(Tensor& self) {
   autograd::check_inplace(self, "relu_");
   NABLA_CHECK(self.dtype() != kBool, "relu_: not defined for bool tensors");
   ops::dispatch(
-      "unary", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },
+      "relu_", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },
       [&] { ops::cuda::unary(UnaryOp::Relu, self, self, {}); });
   self.bump_version();
   if (autograd::needs_grad({self})) {

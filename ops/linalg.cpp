@@ -79,7 +79,7 @@ Tensor product(const Tensor& a, const Tensor& b) {
   const Shape batch = broadcast_shapes(batch_dims(a), batch_dims(b), "matmul");
   Tensor out = Tensor::empty(concat(batch, {n, m}), a.options());
   ops::dispatch(
-      "is_gemm_operand", a,
+      "matmul", a,
       [&] {
         Tensor ae = ops::cpu::is_gemm_operand(a) ? a : a.contiguous();
         Tensor be = ops::cpu::is_gemm_operand(b) ? b : b.contiguous();
@@ -172,7 +172,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   Tensor x2 = flatten_rows(x);                                            // (rows, in)
   Tensor out = Tensor::empty({x2.size(0), weight.size(0)}, x.options());  // (rows, out)
   ops::dispatch(
-      "is_gemm_operand", x,
+      "linear", x,
       [&] {
         Tensor wt = weight.t();  // (in, out), a column-major view: no copy
         if (!ops::cpu::is_gemm_operand(x2)) x2 = x2.contiguous();

@@ -54,13 +54,12 @@ void with_oom_context(const std::string& what, double fraction, const std::funct
 
 void add_torch_flags(CLI::App* cmd, TorchOptions& options) {
   cmd->add_flag("--compare-pytorch", options.enabled,
-                "Afterwards, run the same measurement in PyTorch (bench/pytorch/nabla_bench_torch.py) and "
-                "print nabla / PyTorch");
+                "Afterwards, run the same measurement in PyTorch (a script in bench/pytorch/) and print "
+                "nabla / PyTorch");
   cmd->add_option("--python", options.python, "Python interpreter with torch for --compare-pytorch")
       ->capture_default_str();
   cmd->add_option("--torch-script", options.script,
-                  "Path of nabla_bench_torch.py (default: next to this binary, bench/pytorch/ here, or the "
-                  "source tree)");
+                  "Path of the PyTorch script (default: next to this binary, or bench/pytorch/ here)");
 }
 
 void add_memory_fraction_flag(CLI::App* cmd, double& fraction) {

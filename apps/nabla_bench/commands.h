@@ -11,6 +11,8 @@ void add_data_command(CLI::App& app);
 // `nabla-bench train`: ResNet training throughput and peak memory, on one GPU or under DDP.
 // Takes argc/argv to re-launch itself through nabla-run for --nproc-per-node.
 void add_train_command(CLI::App& app, int argc, char** argv);
+// `nabla-bench gpt`: GPT-2 training tokens/s and peak memory, beside PyTorch eager and compile.
+void add_gpt_command(CLI::App& app);
 // `nabla-bench infer`: ResNet eval latency (median, p90) and img/s per batch size and amp.
 void add_infer_command(CLI::App& app);
 // `nabla-bench concurrent`: N capped inference processes on one GPU; how many finish, img/s.

@@ -15,8 +15,6 @@
 namespace nabla::bench {
 namespace {
 
-constexpr const char* kScriptName = "nabla_bench_torch.py";
-
 std::filesystem::path executable_dir() {
   std::error_code error;
   auto self = std::filesystem::read_symlink("/proc/self/exe", error);
@@ -25,13 +23,13 @@ std::filesystem::path executable_dir() {
 
 }  // namespace
 
-std::string find_torch_script(const std::string& explicit_path, std::string& tried) {
+std::string find_torch_script(const std::string& explicit_path, std::string& tried, const std::string& name) {
   std::vector<std::filesystem::path> candidates;
   if (!explicit_path.empty()) {
     candidates.emplace_back(explicit_path);  // given: the only place to look
   } else {
-    if (auto dir = executable_dir(); !dir.empty()) candidates.push_back(dir / kScriptName);
-    candidates.push_back(std::filesystem::path("bench") / "pytorch" / kScriptName);
+    if (auto dir = executable_dir(); !dir.empty()) candidates.push_back(dir / name);
+    candidates.push_back(std::filesystem::path("bench") / "pytorch" / name);
   }
   tried.clear();
   for (const auto& path : candidates) {
@@ -48,13 +46,14 @@ std::string shell_quote(const std::string& word) {
   return quoted + "'";
 }
 
-TorchComparison run_torch_script(const TorchOptions& options, const std::vector<std::string>& args) {
+TorchComparison run_torch_script(const TorchOptions& options, const std::vector<std::string>& args,
+                                 const std::string& name) {
   TorchComparison result;
   std::string tried;
-  const std::string script = find_torch_script(options.script, tried);
+  const std::string script = find_torch_script(options.script, tried, name);
   if (script.empty()) {
-    result.skipped = "the PyTorch script " + std::string(kScriptName) + " was not found (looked at " + tried +
-                     "; pass --torch-script PATH)";
+    result.skipped =
+        "the PyTorch script " + name + " was not found (looked at " + tried + "; pass --torch-script PATH)";
     return result;
   }
   std::string command = shell_quote(options.python) + " " + shell_quote(script);

@@ -1,10 +1,10 @@
-// `--compare-pytorch`: runs the repo's PyTorch script (bench/pytorch/nabla_bench_torch.py) for
-// the same workload, after nabla's own rows and never beside them (they would share the GPU),
-// and joins its JSON rows to nabla's so the table can show nabla / PyTorch.
+// `--compare-pytorch`: runs one of the repo's PyTorch scripts (bench/pytorch/nabla_bench_torch.py
+// for train and infer, torch_gpt2.py for gpt) for the same workload, after nabla's own rows and never beside
+// them (they would share the GPU), and joins its JSON rows to nabla's so the table can show nabla / PyTorch.
 //
 // The script is found, in order: at --torch-script; next to this binary (the build copies it
 // there, so a bundle of build/<preset>/apps carries it); at bench/pytorch/ under the current
-// directory (a run from the repository root); in the source tree this binary was built from.
+// directory (a run from the repository root).
 // When python or torch is missing the comparison is skipped with one line saying why; the
 // nabla rows are reported either way.
 #pragma once
@@ -27,8 +27,12 @@ struct TorchComparison {
   std::string skipped;               // why there are none ("" when the script ran)
 };
 
-// The script's path, or "" with `tried` listing the places searched.
-std::string find_torch_script(const std::string& explicit_path, std::string& tried);
+inline constexpr const char* kTorchScript = "nabla_bench_torch.py";
+
+// The path of the script named `name` (or of `explicit_path`), or "" with `tried` listing the
+// places searched.
+std::string find_torch_script(const std::string& explicit_path, std::string& tried,
+                              const std::string& name = kTorchScript);
 
 // Single-quotes `word` for /bin/sh.
 std::string shell_quote(const std::string& word);
@@ -36,7 +40,8 @@ std::string shell_quote(const std::string& word);
 // Runs `python script args...`, echoing each line it prints (prefixed "  torch| "), and collects
 // the JSON rows. A row {"skipped": reason} (the script could not import torch), a missing
 // interpreter or a failed run give `skipped` instead.
-TorchComparison run_torch_script(const TorchOptions& options, const std::vector<std::string>& args);
+TorchComparison run_torch_script(const TorchOptions& options, const std::vector<std::string>& args,
+                                 const std::string& name = kTorchScript);
 
 // For each nabla row, finds the PyTorch row with equal values under `match_keys` and stores, for
 // each metric m, "torch_<m>" and "ratio_<m>" (nabla / PyTorch; null where either is missing).

@@ -5,9 +5,18 @@
 # GELU(tanh), LayerNorm, F.scaled_dot_product_attention(is_causal=True) (flash attention),
 # AdamW(fused=True) lr 6e-4 betas (0.9, 0.95) wd 0.1 on 2-d weights, grad-norm clip 1.0,
 # bf16 autocast. Prints one dict per mode: eager, then torch.compile.
-#   python3 torch_gpt2.py [--batch 16] [--modes eager,compile] [--steps 30]
-import argparse, math, time, torch, torch.nn as nn, torch.nn.functional as F
+#   python3 torch_gpt2.py [--batch 16] [--modes eager,compile] [--steps 30] [--json]
+# --json (nabla-bench gpt --compare-pytorch): one JSON object per mode, with "bench": "gpt", and
+# {"skipped": reason} when torch or a GPU is missing.
+import argparse, json, math, sys, time
+try:
+    import torch, torch.nn as nn, torch.nn.functional as F
+except ImportError as e:
+    print(json.dumps({"skipped": f"python cannot import torch ({e})"})); sys.exit(3)
+if not torch.cuda.is_available():
+    print(json.dumps({"skipped": "PyTorch sees no CUDA GPU"})); sys.exit(3)
 p = argparse.ArgumentParser()
+p.add_argument("--json", action="store_true")
 p.add_argument("--batch", type=int, default=16); p.add_argument("--seq", type=int, default=1024)
 p.add_argument("--steps", type=int, default=30); p.add_argument("--warmup", type=int, default=10)
 p.add_argument("--modes", default="eager,compile"); a = p.parse_args()
@@ -57,7 +66,8 @@ def run(mode):
     s.record()
     for _ in range(a.steps): loss = step()
     e.record(); torch.cuda.synchronize(); ms = s.elapsed_time(e) / a.steps
-    print({"mode": mode, "batch": a.batch, "seq": a.seq, "params_M": round(sum(q.numel() for q in m.parameters()) / 1e6, 1),
+    row = {"mode": mode, "batch": a.batch, "seq": a.seq, "params_M": round(sum(q.numel() for q in m.parameters()) / 1e6, 1),
            "ms_per_step": round(ms, 2), "tokens_s": round(a.batch * a.seq * 1000 / ms), "peak_alloc_GiB": round(torch.cuda.max_memory_allocated() / 2**30, 2),
-           "warmup_s": round(tw, 1), "loss": round(float(loss), 4), "torch": torch.__version__}, flush=True)
+           "warmup_s": round(tw, 1), "loss": round(float(loss), 4), "torch": torch.__version__}
+    print(json.dumps({"bench": "gpt", **row}) if a.json else row, flush=True)
 for md in a.modes.split(","): run(md)

@@ -14,6 +14,7 @@
 
 #include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/profiler.h"
 #include "nabla/ops/autograd/detail/nodes.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/elementwise.h"
@@ -80,6 +81,14 @@ Roots check_roots(const TensorList& roots, const TensorList& root_grads) {
   return out;
 }
 
+// The CUDA device of the first defined gradient, or -1: where the profiler times a node.
+int cuda_index(const TensorList& grads) {
+  for (const Tensor& g : grads) {
+    if (g.defined()) return g.is_cuda() ? g.device().index : -1;
+  }
+  return -1;
+}
+
 // One backward pass over the graph below the roots: steps 1 to 3 of the comment at the top.
 class GraphTask {
  public:
@@ -97,7 +106,15 @@ class GraphTask {
     while (!ready_.empty()) {
       Node* node = ready_.top().node;
       ready_.pop();
-      TensorList outputs = node->apply(take_inputs(node));
+      TensorList inputs = take_inputs(node);
+      TensorList outputs;
+      {
+        // core/profiler.h: a backward node owns the time of the ops it runs.
+        const bool timed = profiler::detail::active();
+        const profiler::detail::Scope scope(timed ? node->name() + " (backward)" : std::string(),
+                                            timed ? cuda_index(inputs) : -1);
+        outputs = node->apply(std::move(inputs));
+      }
       if (release_saved) node->release_saved();
       send_outputs(node, std::move(outputs));
     }

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "U8": torch.uint8}
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "I64": torch.int64, "U8": torch.uint8, "BOOL": torch.bool}
 NAMES = {v: k for k, v in DTYPES.items()}
 
 # Parameters whose gradients are compared: the stem, a downsample conv, a block's last BN, fc.
