@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cpu/kernels.h"
@@ -173,6 +174,56 @@ Tensor stack(const TensorList& tensors, int64_t dim) {
   return cat(parts, d);
 }
 
+namespace {
+
+// The gradient of x from its pieces' gradients (the split node's backward). Note [Split
+// backward]: one node owns every piece, so x's gradient is written once, piece by piece (cat),
+// where separate narrow() views each made an x-sized zero buffer that the engine then summed.
+// When the pieces' gradients already lie side by side in one buffer, as a kernel that knows
+// they are pieces of one tensor writes them (the fused attention backward for q, k, v split
+// from one projection), that buffer is the gradient and nothing is copied.
+Tensor join_gradients(const TensorList& grads, const Shape& x_sizes, int64_t d) {
+  const Tensor& first = grads.front();
+  bool side_by_side = true;
+  int64_t offset = first.storage_offset();
+  for (const Tensor& g : grads) {
+    if (g.storage().get() != first.storage().get() || g.strides() != first.strides() ||
+        g.storage_offset() != offset) {
+      side_by_side = false;
+      break;
+    }
+    offset += g.size(d) * g.stride(d);
+  }
+  // (With create_graph the pieces carry history that an alias would drop: cat keeps it.)
+  if (side_by_side && !GradMode::is_enabled() && is_non_overlapping_and_dense(x_sizes, first.strides())) {
+    return ops::alias(first, x_sizes, first.strides(), first.storage_offset());
+  }
+  return cat(grads, d);
+}
+
+// x cut along d into pieces of `sizes` (which sum to x.size(d)): views of x, with one backward
+// node for all of them (Note [Split backward]).
+TensorList split_views(const Tensor& x, int64_t d, const Shape& sizes) {
+  TensorList out;
+  int64_t start = 0;
+  for (int64_t s : sizes) {
+    Shape piece = x.sizes();
+    piece[d] = s;
+    out.push_back(ops::alias(x, piece, x.strides(), x.storage_offset() + start * x.stride(d)));
+    start += s;
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record("split", {x}, out, {}, [d, x_sizes = x.sizes()](autograd::BackwardContext& ctx) {
+      return TensorList{join_gradients(ctx.grads, x_sizes, d)};
+    });
+    // Views of a tensor that requires grad: in-place writes to them are refused, as for narrow().
+    for (Tensor& v : out) v.impl()->autograd_meta().is_view_of_grad_tensor = true;
+  }
+  return out;
+}
+
+}  // namespace
+
 TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
   ops::check_defined("split", x, "x");
   NABLA_CHECK(x.dim() > 0, "split: expected a tensor of at least 1 dim, got {}", describe(x));
@@ -182,12 +233,9 @@ TensorList split(const Tensor& x, int64_t split_size, int64_t dim) {
               "split: expected a positive split_size, got {} for {}", split_size, describe(x));
   // An empty dim still gives one (empty) piece, as in PyTorch.
   const int64_t pieces = size == 0 ? 1 : (size + split_size - 1) / split_size;
-  TensorList out;
-  for (int64_t i = 0; i < pieces; ++i) {
-    const int64_t start = i * split_size;
-    out.push_back(x.narrow(d, start, std::min(split_size, size - start)));
-  }
-  return out;
+  Shape sizes;
+  for (int64_t i = 0; i < pieces; ++i) sizes.push_back(std::min(split_size, size - i * split_size));
+  return split_views(x, d, sizes);
 }
 
 TensorList split_with_sizes(const Tensor& x, const Shape& sizes, int64_t dim) {
@@ -201,13 +249,7 @@ TensorList split_with_sizes(const Tensor& x, const Shape& sizes, int64_t dim) {
   }
   NABLA_CHECK(total == x.size(d), "split_with_sizes: sizes {} sum to {}, but dim {} of {} has size {}",
               shape_str(sizes), total, d, describe(x), x.size(d));
-  TensorList out;
-  int64_t start = 0;
-  for (int64_t s : sizes) {
-    out.push_back(x.narrow(d, start, s));
-    start += s;
-  }
-  return out;
+  return split_views(x, d, sizes);
 }
 
 TensorList chunk(const Tensor& x, int64_t chunks, int64_t dim) {

@@ -2,6 +2,7 @@
 #include "nabla/ops/autograd/function.h"
 
 #include "nabla/ops/autograd/detail/nodes.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 
@@ -160,18 +161,35 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     Tensor replaced = hook(g);
     if (replaced.defined()) g = std::move(replaced);
   }
-  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
   Tensor& grad = meta.grad;
-  if (!grad.defined()) {
-    if (GradMode::is_enabled()) {
-      grad = g;  // create_graph: keep the history
+  if (!grad.defined() && !GradMode::is_enabled()) {
+    // Note [Gradient layout]: a new .grad takes the leaf's layout when the leaf is dense, as in
+    // PyTorch, so the optimizers' and clip_grad_norm_'s fused multi-tensor paths (which need the
+    // gradient laid out as its parameter) see every gradient. A weight used transposed (GPT-2's
+    // Conv1D calls linear(x, weight.t())) otherwise kept a transposed gradient and took the
+    // per-tensor path: some ten kernels per parameter each step.
+    const bool leaf_dense = is_non_overlapping_and_dense(leaf.sizes(), leaf.strides());
+    const bool fits = g.dtype() == leaf.dtype() && (!leaf_dense || g.strides() == leaf.strides());
+    // Own the buffer: later backward passes add into it in place, which must not write into
+    // memory shared with another tensor (a broadcast gradient, or the caller's root gradient).
+    const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
+                           is_non_overlapping_and_dense(g.sizes(), g.strides());
+    if (fits && exclusive) {
+      grad = g.detach();
+    } else if (leaf_dense) {
+      // Dense strides address exactly numel() elements from offset 0: the leaf's strides exactly.
+      const Tensor flat = Tensor::empty({leaf.numel()}, {.dtype = leaf.dtype(), .device = leaf.device()});
+      grad = ops::alias(flat, leaf.sizes(), leaf.strides(), 0);
+      grad.copy_(g);  // converts the dtype in the same pass
     } else {
-      // Own the buffer: later backward passes add into it in place, which must not write into
-      // memory shared with another tensor (a broadcast gradient, or the caller's root gradient).
-      bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
-                       is_non_overlapping_and_dense(g.sizes(), g.strides());
-      grad = exclusive ? g.detach() : g.clone(MemoryFormat::Preserve).detach();
+      grad = g.to(leaf.dtype()).clone(MemoryFormat::Preserve).detach();
     }
+    for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
+    return {};
+  }
+  if (g.dtype() != leaf.dtype()) g = g.to(leaf.dtype());
+  if (!grad.defined()) {
+    grad = g;  // create_graph: keep the history
   } else if (GradMode::is_enabled()) {
     grad = grad + g;
   } else {

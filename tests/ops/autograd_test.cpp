@@ -29,6 +29,26 @@ TEST(Autograd, LeafGradientsAccumulateAcrossBackwardCalls) {
   EXPECT_TRUE(all_close(x.grad(), ones({3}, {.dtype = kFloat64})));
 }
 
+TEST(Autograd, NewGradientsTakeTheLeafsLayoutAndDtype) {
+  // Note [Gradient layout]: a weight used transposed gets a gradient laid out as the weight, not
+  // as the transposed view the matmul produced; a lower-precision gradient arrives converted.
+  Tensor w = random_input({6, 4}, test_seed(), kFloat64, true);  // (in, out), as GPT-2's Conv1D
+  const Tensor x = random_input({3, 6}, test_seed() + 1, kFloat64);
+  linear(x, w.t()).sum().backward();
+  EXPECT_EQ(w.grad().strides(), w.strides());
+  EXPECT_TRUE(all_close(w.grad(), matmul(x.t(), ones({3, 4}, {.dtype = kFloat64})), 1e-12));
+  // A leaf that is itself a transposed layout keeps its own strides.
+  Tensor wt = random_input({4, 6}, test_seed() + 2, kFloat64).t().detach().requires_grad_();
+  (wt * 2.0).sum().backward();
+  EXPECT_EQ(wt.grad().strides(), wt.strides());
+  EXPECT_TRUE(all_close(wt.grad(), full({6, 4}, 2.0, {.dtype = kFloat64})));
+  // A float32 leaf reached by a float64 gradient stores float32.
+  Tensor f = random_input({5}, test_seed() + 3, kFloat32, true);
+  (f.to(kFloat64) * 3.0).sum().backward();
+  EXPECT_EQ(f.grad().dtype(), kFloat32);
+  EXPECT_TRUE(all_close(f.grad(), full({5}, 3.0)));
+}
+
 TEST(Autograd, RetainGraphAllowsASecondBackwardAndItsAbsenceExplains) {
   Tensor x = random_input({4}, test_seed(), kFloat64, true);
   Tensor loss = (exp(x) * x).sum();

@@ -373,6 +373,43 @@ TEST(Indexing, CatStackSplitAndChunkGradientsPassGradcheck) {
   EXPECT_TRUE(by_sizes) << by_sizes.message;
 }
 
+// Three (2, 4, 3) "heads" whose backward writes all three gradients into one (2, 4, 9) buffer
+// and returns them as its pieces: what the fused attention backward does for q, k and v.
+struct ThreeFromOne : autograd::Function<ThreeFromOne> {
+  static inline const void* buffer = nullptr;  // where the last backward wrote
+  static Tensor forward(autograd::Context&, const Tensor& a, const Tensor& b, const Tensor& c) {
+    return a * b + c;
+  }
+  static TensorList backward(autograd::Context&, const TensorList& grads) {
+    const Tensor g = grads[0];
+    const Tensor joined = cat({g * 2.0, g * 3.0, g * 4.0}, 2);  // (2, 4, 9)
+    buffer = joined.data_ptr();
+    return chunk(joined, 3, 2);
+  }
+};
+
+TEST(Indexing, SplitHasOneBackwardNodeAndTakesPiecesThatLieSideBySideAsTheyAre) {
+  // Note [Split backward]: the pieces' gradients are written into x's gradient once; pieces with
+  // no gradient count as zeros.
+  const Tensor x = random_input({4, 9}, test_seed(), kFloat64, true);
+  TensorList parts = chunk(x, 3, 1);
+  EXPECT_EQ(parts[0].grad_fn().get(), parts[2].grad_fn().get()) << "one node for every piece";
+  (parts[0] * 2.0 + parts[2] * parts[2]).sum().backward();
+  const Tensor xd = x.detach();
+  const Tensor expected = cat(
+      {full({4, 3}, 2.0, {.dtype = kFloat64}), zeros({4, 3}, {.dtype = kFloat64}), 2.0 * xd.narrow(1, 6, 3)},
+      1);
+  EXPECT_TRUE(all_close(x.grad(), expected, 1e-12));
+
+  // Gradients already side by side in one buffer become x's gradient without a copy.
+  const Tensor qkv = random_input({2, 4, 9}, test_seed() + 1, kFloat64, true);
+  TensorList heads = chunk(qkv, 3, 2);
+  ThreeFromOne::apply(heads[0], heads[1], heads[2]).sum().backward();
+  const auto filled = [](double v) { return full({2, 4, 3}, v, {.dtype = kFloat64}); };
+  EXPECT_TRUE(all_close(qkv.grad(), cat({filled(2.0), filled(3.0), filled(4.0)}, 2), 1e-12));
+  EXPECT_EQ(qkv.grad().data_ptr(), ThreeFromOne::buffer) << "the buffer itself, not a copy";
+}
+
 TEST(Indexing, IndexingGradientsPassGradcheck) {
   uint64_t seed = test_seed();
   Tensor x = random_input({5, 3}, ++seed, kFloat64, true);
