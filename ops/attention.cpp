@@ -8,11 +8,14 @@
 // backward recomputes the scores tile by tile. docs/design/attention.md.
 #include "nabla/ops/attention.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cuda/attention_kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/dropout.h"
@@ -108,12 +111,60 @@ Tensor unit_last_stride(const Tensor& t) {
   return t.stride(-1) == 1 ? t : t.contiguous();
 }
 
+// Note [Attention layouts]: the kernels write any strides (unit last stride), so the output and
+// the gradients are laid out for what a transformer does next. The output is (B, H, Tq, D) viewed
+// from a (B, Tq, H, D) buffer, so out.transpose(1, 2).reshape({B, Tq, H * D}) is a view. When q,
+// k and v are pieces of one buffer that they cover exactly, in the same layout (chunk(qkv, 3, -1)
+// of one projection, viewed as heads), dq, dk and dv are written into one new buffer of that
+// layout: they reach the heads' view and transpose backward as views, and the split backward
+// takes them side by side without a copy (Note [Split backward], ops/indexing.cpp).
+
+// The highest storage offset `t` reaches, plus one.
+int64_t end_offset(const Tensor& t) {
+  int64_t end = t.storage_offset() + 1;
+  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
+  return end;
+}
+
+// dq, dk, dv: views of one buffer laid out as q, k and v lie in theirs, when q, k and v are equally
+// shaped and strided pieces of one storage, a constant distance apart, that together cover it
+// densely (so the three can never overlap); separate contiguous tensors otherwise.
+std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto separate = [&] {
+    return std::array<Tensor, 3>{Tensor::empty(q.sizes(), q.options()), Tensor::empty(k.sizes(), k.options()),
+                                 Tensor::empty(v.sizes(), v.options())};
+  };
+  if (q.storage().get() != k.storage().get() || q.storage().get() != v.storage().get() ||
+      q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.strides() != k.strides() ||
+      q.strides() != v.strides() || q.numel() == 0) {
+    return separate();
+  }
+  std::array<int64_t, 3> offsets = {q.storage_offset(), k.storage_offset(), v.storage_offset()};
+  std::array<int64_t, 3> sorted = offsets;
+  std::sort(sorted.begin(), sorted.end());
+  const int64_t gap = sorted[1] - sorted[0];
+  if (gap <= 0 || sorted[2] - sorted[1] != gap) return separate();
+  // The three as one tensor with a leading dim of 3: dense means they tile their span exactly.
+  Shape sizes = q.sizes(), strides = q.strides();
+  sizes.insert(sizes.begin(), 3);
+  strides.insert(strides.begin(), gap);
+  if (!is_non_overlapping_and_dense(sizes, strides)) return separate();
+  const int64_t base = sorted[0];
+  NABLA_ASSERT(end_offset(q) - base <= 3 * q.numel() && end_offset(v) - base <= 3 * q.numel(),
+               "scaled_dot_product_attention: gradient buffer layout");
+  const Tensor flat = Tensor::empty({3 * q.numel()}, q.options());
+  std::array<Tensor, 3> out;
+  for (size_t i = 0; i < 3; ++i) out[i] = ops::alias(flat, q.sizes(), q.strides(), offsets[i] - base);
+  return out;
+}
+
 Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionOptions& o,
                        double scale) {
   const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
   const Tensor mask = additive_mask(o.mask, q, k);
   const bool causal = o.causal;
-  Tensor out = Tensor::empty(q.sizes(), q.options());  // (B, H, Tq, D)
+  // (B, H, Tq, D), viewed from a (B, Tq, H, D) buffer: Note [Attention layouts].
+  Tensor out = Tensor::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options()).transpose(1, 2);
   Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = q.device()});
   ops::dispatch(
       kOp, q, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
@@ -126,9 +177,8 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
                                    "{}: double backward through the fused kernels is not "
                                    "supported; use float32 for create_graph",
                                    kOp);
-                       Tensor dq = Tensor::empty(s[0].sizes(), s[0].options());
-                       Tensor dk = Tensor::empty(s[1].sizes(), s[1].options());
-                       Tensor dv = Tensor::empty(s[2].sizes(), s[2].options());
+                       const std::array<Tensor, 3> d = gradient_buffers(s[0], s[1], s[2]);
+                       const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
                        const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
                        ops::dispatch(
                            kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },

@@ -71,14 +71,14 @@ struct ForwardParams {
   const T* k;         // (B, H, Tk, D)
   const T* v;         // (B, H, Tk, D)
   const float* mask;  // (B|1, H|1, Tq, Tk) or null
-  T* out;             // (B, H, Tq, D), contiguous
+  T* out;             // (B, H, Tq, D)
   float* lse;         // (B, H, Tq), contiguous
-  Strides q_strides, k_strides, v_strides, mask_strides;
+  Strides q_strides, k_strides, v_strides, mask_strides, out_strides;
   int H, Tq, Tk, D;
   float scale;
   bool causal;
   bool vector_in;   // q, k and v move in 16-byte pieces (vector_ok)
-  bool vector_out;  // out is 16-byte aligned
+  bool vector_out;  // out moves in 16-byte pieces (vector_ok)
 };
 
 template <int kD>
@@ -103,7 +103,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int q0 = (gridDim.x - 1 - blockIdx.x) * kQueryRows;  // the longest (causal) tiles first
   const int rows = min(kQueryRows, p.Tq - q0);
   const int warp_row0 = q0 + warp * 16;  // the warp's first query
-  const int64_t bh = int64_t{b} * p.H + h;
 
   const T* q = p.q + b * p.q_strides.batch + h * p.q_strides.head + q0 * p.q_strides.row;
   const T* k = p.k + b * p.k_strides.batch + h * p.k_strides.head;
@@ -229,6 +228,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   cp_async_wait<0>();
   __syncthreads();  // with no key tile the q copy may still be in flight
 
+  // (b, h) read again from blockIdx rather than kept live across the key loop, which would spill
+  // at kD = 96.
+  const int64_t b_out = blockIdx.z, h_out = blockIdx.y;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
@@ -241,14 +243,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
       o[nd][2 * r + 1] *= inv;
     }
     if (t == 0 && my_rows[r] < p.Tq)
-      p.lse[bh * p.Tq + my_rows[r]] = l > 0.f ? row_max[r] + logf(l) : -INFINITY;
+      p.lse[(b_out * p.H + h_out) * p.Tq + my_rows[r]] = l > 0.f ? row_max[r] + logf(l) : -INFINITY;
   }
   // The warp's q rows are read by this warp alone, so they can take its output rows.
   T* staged = q_tile + warp * 16 * kStride;
   __syncwarp();
   stage_rows<kD>(staged, o, 1.f);
   __syncwarp();
-  store_rows<kD>(p.out + (bh * p.Tq + warp_row0) * p.D, staged, p.Tq - warp_row0, p.D, p.vector_out);
+  store_rows<kD>(
+      p.out + b_out * p.out_strides.batch + h_out * p.out_strides.head + warp_row0 * p.out_strides.row,
+      p.out_strides.row, staged, p.Tq - warp_row0, p.D, p.vector_out);
 #endif
 }
 
@@ -278,8 +282,12 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              bool causal, double scale, const Tensor& out, const Tensor& lse) {
   NABLA_ASSERT(flash_attention_supported(q, k, v), "flash_attention_forward: unsupported inputs");
-  NABLA_ASSERT(out.is_contiguous() && lse.is_contiguous() && lse.dtype() == kFloat32,
-               "flash_attention_forward: out and lse must be contiguous, lse float32");
+  NABLA_ASSERT(out.sizes() == q.sizes() && out.dtype() == q.dtype() && out.device() == q.device() &&
+                   out.stride(3) == 1,
+               "flash_attention_forward: out must have q's shape, dtype and device and a unit last stride");
+  NABLA_ASSERT(lse.is_contiguous() && lse.dtype() == kFloat32 && lse.device() == q.device() &&
+                   lse.sizes() == (Shape{q.size(0), q.size(1), q.size(2)}),
+               "flash_attention_forward: lse must be a contiguous float32 (B, H, Tq) tensor");
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   NABLA_ASSERT(!mask.defined() || mask_fits(mask, B, H, Tq, Tk),
                "flash_attention_forward: the mask must be float32 (B|1, H|1, Tq, Tk)");
@@ -301,6 +309,7 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
           .k_strides = strides_of(k),
           .v_strides = strides_of(v),
           .mask_strides = mask.defined() ? strides_of(mask) : Strides{},
+          .out_strides = strides_of(out),
           .H = static_cast<int>(H),
           .Tq = static_cast<int>(Tq),
           .Tk = static_cast<int>(Tk),
@@ -308,7 +317,7 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
           .scale = static_cast<float>(scale),
           .causal = causal,
           .vector_in = vector_ok(q) && vector_ok(k) && vector_ok(v),
-          .vector_out = reinterpret_cast<uintptr_t>(out.data_ptr()) % 16 == 0};
+          .vector_out = vector_ok(out)};
       dispatch_head_size(D, [&]<int kD>() {
         constexpr int bytes = forward_shared_bytes<kD>();
         allow_shared_memory(forward_kernel<T, kD>, bytes);

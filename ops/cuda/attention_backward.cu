@@ -2,7 +2,8 @@
 //
 // Three launches on the current stream:
 //  1. prepare_kernel: delta_i = sum_d dout_id out_id (float32, (B, H, Tq)), 0 for rows that saw no
-//     key (lse = -inf), and zeros in the float32 dq buffer (B, H, Tq, D).
+//     key (lse = -inf), and zeros in the float32 dq buffer (B, H, Tq, D), which is contiguous
+//     whatever dq's strides.
 //  2. backward_kernel: a block owns 128 keys of one (b, h), 8 warps of 16 keys each; dk and dv for
 //     its keys (16 x kD floats each per warp) stay in registers for the whole walk over the query
 //     tiles of 64 that can see those keys (under causal the tiles before the block's first key are
@@ -14,7 +15,9 @@
 //     buffer with atomics (every key block adds into the same dq rows).
 //     Shared memory: k and v (128 x kD), q and dout double-buffered (2 x 64 x kD each, the next
 //     tile's copy overlaps this tile's products), ds^T (128 x 64): 155 KB at kD = 128.
-//  3. finish_dq_kernel: dq = buffer * scale, rounded to q's dtype.
+//  3. finish_dq_kernel: dq = buffer * scale, rounded to q's dtype and written at dq's strides.
+// dq, dk and dv may be strided views (say of one (B, T, 3, H, D) buffer, as q, k and v are views
+// of one projection in a GPT); dk and dv rows are stored 16 bytes at a time where vector_ok.
 // Rows that saw no key get dout = 0 and delta = 0 here, so a NaN in their dout (their output is
 // NaN) reaches neither dk nor dv, and their dq row is 0.
 #include <cmath>
@@ -45,14 +48,14 @@ struct BackwardParams {
   const float* lse;    // (B, H, Tq)
   const float* delta;  // (B, H, Tq)
   float* dq_sum;       // (B, H, Tq, D), float32, unscaled
-  T* dk;               // (B, H, Tk, D), contiguous
-  T* dv;               // (B, H, Tk, D), contiguous
-  Strides q_strides, k_strides, v_strides, dout_strides, mask_strides;
+  T* dk;               // (B, H, Tk, D)
+  T* dv;               // (B, H, Tk, D)
+  Strides q_strides, k_strides, v_strides, dout_strides, mask_strides, dk_strides, dv_strides;
   int H, Tq, Tk, D;
   float scale;
   bool causal;
   bool vector_in;   // q, k, v and dout move in 16-byte pieces
-  bool vector_out;  // dk and dv are 16-byte aligned
+  bool vector_out;  // dk and dv move in 16-byte pieces (vector_ok)
 };
 
 template <int kD>
@@ -64,7 +67,7 @@ constexpr int backward_shared_bytes() {
 // every 8th 8-column piece of its row.
 template <typename T>
 __global__ void prepare_kernel(const T* __restrict__ dout, Strides dout_strides, const T* __restrict__ out,
-                               const float* __restrict__ lse, float* __restrict__ delta,
+                               Strides out_strides, const float* __restrict__ lse, float* __restrict__ delta,
                                float* __restrict__ dq_sum, int64_t rows, int H, int Tq, int D) {
   const int64_t row = int64_t{blockIdx.x} * (blockDim.x / 8) + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
@@ -73,12 +76,13 @@ __global__ void prepare_kernel(const T* __restrict__ dout, Strides dout_strides,
   if (live) {
     const int i = static_cast<int>(row % Tq);
     const int64_t bh = row / Tq;
-    const T* dout_row =
-        dout + (bh / H) * dout_strides.batch + (bh % H) * dout_strides.head + i * dout_strides.row;
-    const T* out_row = out + row * D;  // out is contiguous
+    const int64_t b = bh / H, h = bh % H;
+    const T* dout_row = dout + b * dout_strides.batch + h * dout_strides.head + i * dout_strides.row;
+    const T* out_row = out + b * out_strides.batch + h * out_strides.head + i * out_strides.row;
     for (int col = lane * 8; col < D; col += 64) {
       for (int e = 0; e < 8; ++e) {
-        sum += load_as_opmath(dout_row[(col + e) * dout_strides.col]) * load_as_opmath(out_row[col + e]);
+        sum += load_as_opmath(dout_row[(col + e) * dout_strides.col]) *
+               load_as_opmath(out_row[(col + e) * out_strides.col]);
       }
     }
   }
@@ -91,12 +95,28 @@ __global__ void prepare_kernel(const T* __restrict__ dout, Strides dout_strides,
   for (int c = lane; c < D / 4; c += 8) dq_row[c] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
+// Grid (row blocks, H, B), blockDim (D / 8, rows per block): a thread rounds one 8-column piece
+// of a row, read from the contiguous float32 buffer as two float4, and writes it at dq's strides,
+// in one 16-byte store when `vector` (vector_ok(dq)).
 template <typename T>
-__global__ void finish_dq_kernel(const float* __restrict__ dq_sum, T* __restrict__ dq, int64_t n,
-                                 float scale) {
-  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    dq[i] = store_from<T>(dq_sum[i] * scale);
+__global__ void finish_dq_kernel(const float* __restrict__ dq_sum, T* __restrict__ dq, Strides dq_strides,
+                                 int H, int Tq, int D, float scale, bool vector) {
+  const int i = blockIdx.x * blockDim.y + threadIdx.y;
+  if (i >= Tq) return;
+  const int b = blockIdx.z, h = blockIdx.y, col = threadIdx.x * 8;
+  const float4* from = reinterpret_cast<const float4*>(dq_sum + ((int64_t{b} * H + h) * Tq + i) * D + col);
+  const float4 lo = from[0], hi = from[1];
+  const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  T* to = dq + b * dq_strides.batch + h * dq_strides.head + i * dq_strides.row + col;
+  if (vector) {
+    uint4 packed;
+    packed.x = pack2<T>(x[0] * scale, x[1] * scale);
+    packed.y = pack2<T>(x[2] * scale, x[3] * scale);
+    packed.z = pack2<T>(x[4] * scale, x[5] * scale);
+    packed.w = pack2<T>(x[6] * scale, x[7] * scale);
+    *reinterpret_cast<uint4*>(to) = packed;
+  } else {
+    for (int e = 0; e < 8; ++e) to[e] = store_from<T>(x[e] * scale);
   }
 }
 
@@ -323,9 +343,10 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
   stage_rows<kD>(dk_rows, dk, p.scale);
   stage_rows<kD>(dv_rows, dv, 1.f);
   __syncwarp();
-  const int64_t first_row = bh * p.Tk + warp_key0;
-  store_rows<kD>(p.dk + first_row * p.D, dk_rows, p.Tk - warp_key0, p.D, p.vector_out);
-  store_rows<kD>(p.dv + first_row * p.D, dv_rows, p.Tk - warp_key0, p.D, p.vector_out);
+  store_rows<kD>(p.dk + b * p.dk_strides.batch + h * p.dk_strides.head + warp_key0 * p.dk_strides.row,
+                 p.dk_strides.row, dk_rows, p.Tk - warp_key0, p.D, p.vector_out);
+  store_rows<kD>(p.dv + b * p.dv_strides.batch + h * p.dv_strides.head + warp_key0 * p.dv_strides.row,
+                 p.dv_strides.row, dv_rows, p.Tk - warp_key0, p.D, p.vector_out);
 #endif
 }
 
@@ -336,11 +357,13 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
                               double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   NABLA_ASSERT(flash_attention_supported(q, k, v), "flash_attention_backward: unsupported inputs");
   NABLA_ASSERT(dout.sizes() == q.sizes() && dout.dtype() == q.dtype() && out.sizes() == q.sizes() &&
-                   out.is_contiguous() && lse.is_contiguous() && lse.dtype() == kFloat32,
+                   out.dtype() == q.dtype() && lse.is_contiguous() && lse.dtype() == kFloat32,
                "flash_attention_backward: dout, out or lse do not match q");
-  NABLA_ASSERT(dq.is_contiguous() && dk.is_contiguous() && dv.is_contiguous() && dq.sizes() == q.sizes() &&
-                   dk.sizes() == k.sizes() && dv.sizes() == v.sizes(),
-               "flash_attention_backward: dq, dk and dv must be contiguous with the shapes of q, k and v");
+  NABLA_ASSERT(dq.sizes() == q.sizes() && dk.sizes() == k.sizes() && dv.sizes() == v.sizes() &&
+                   dq.dtype() == q.dtype() && dk.dtype() == q.dtype() && dv.dtype() == q.dtype() &&
+                   dq.stride(3) == 1 && dk.stride(3) == 1 && dv.stride(3) == 1,
+               "flash_attention_backward: dq, dk and dv must have the shapes of q, k and v, q's dtype "
+               "and a unit last stride");
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), Tk = k.size(2), D = q.size(3);
   NABLA_ASSERT(!mask.defined() || mask_fits(mask, B, H, Tq, Tk),
                "flash_attention_backward: the mask must be float32 (B|1, H|1, Tq, Tk)");
@@ -357,9 +380,10 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
         prepare_kernel<T>
             <<<static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), kBlockSize, 0, stream>>>(
                 static_cast<const T*>(dout.data_ptr()), strides_of(dout),
-                static_cast<const T*>(out.data_ptr()), static_cast<const float*>(lse.data_ptr()),
-                static_cast<float*>(delta.data_ptr()), static_cast<float*>(dq_sum.data_ptr()), rows,
-                static_cast<int>(H), static_cast<int>(Tq), static_cast<int>(D));
+                static_cast<const T*>(out.data_ptr()), strides_of(out),
+                static_cast<const float*>(lse.data_ptr()), static_cast<float*>(delta.data_ptr()),
+                static_cast<float*>(dq_sum.data_ptr()), rows, static_cast<int>(H), static_cast<int>(Tq),
+                static_cast<int>(D));
         NABLA_CUDA_CHECK_LAUNCH();
       }
       if (Tk > 0) {
@@ -379,6 +403,8 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
             .v_strides = strides_of(v),
             .dout_strides = strides_of(dout),
             .mask_strides = mask.defined() ? strides_of(mask) : Strides{},
+            .dk_strides = strides_of(dk),
+            .dv_strides = strides_of(dv),
             .H = static_cast<int>(H),
             .Tq = static_cast<int>(Tq),
             .Tk = static_cast<int>(Tk),
@@ -386,8 +412,7 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
             .scale = static_cast<float>(scale),
             .causal = causal,
             .vector_in = vector_ok(q) && vector_ok(k) && vector_ok(v) && vector_ok(dout),
-            .vector_out = reinterpret_cast<uintptr_t>(dk.data_ptr()) % 16 == 0 &&
-                          reinterpret_cast<uintptr_t>(dv.data_ptr()) % 16 == 0};
+            .vector_out = vector_ok(dk) && vector_ok(dv)};
         const dim3 grid(static_cast<unsigned>((Tk + kKeyRows - 1) / kKeyRows), static_cast<unsigned>(H),
                         static_cast<unsigned>(B));
         dispatch_head_size(D, [&]<int kD>() {
@@ -397,11 +422,15 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
           NABLA_CUDA_CHECK_LAUNCH();
         });
       }
-      const int64_t n = rows * D;
-      if (n > 0) {
-        finish_dq_kernel<T><<<blocks_for(n), kBlockSize, 0, stream>>>(
-            static_cast<const float*>(dq_sum.data_ptr()), static_cast<T*>(dq.data_ptr()), n,
-            static_cast<float>(scale));
+      if (rows > 0) {
+        const int chunks = static_cast<int>(D / 8);  // D is a multiple of 8, at most 128
+        const int rows_per_block = kBlockSize / chunks;
+        const dim3 grid(static_cast<unsigned>((Tq + rows_per_block - 1) / rows_per_block),
+                        static_cast<unsigned>(H), static_cast<unsigned>(B));
+        finish_dq_kernel<T><<<grid, dim3(chunks, rows_per_block), 0, stream>>>(
+            static_cast<const float*>(dq_sum.data_ptr()), static_cast<T*>(dq.data_ptr()), strides_of(dq),
+            static_cast<int>(H), static_cast<int>(Tq), static_cast<int>(D), static_cast<float>(scale),
+            vector_ok(dq));
         NABLA_CUDA_CHECK_LAUNCH();
       }
     } else {

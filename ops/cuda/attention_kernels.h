@@ -5,11 +5,17 @@
 // Shapes (every tensor on one CUDA device):
 //   q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, D): float16 or bfloat16, one dtype, any strides
 //     whose last dim is 1 (the front end makes them so);
-//   out (B, H, Tq, D) of q's dtype, contiguous; lse (B, H, Tq) float32, contiguous: the log of
-//     each row's softmax denominator, in the scaled-score domain (scores * scale + mask);
+//   out (B, H, Tq, D) of q's dtype, any strides whose last dim is 1 (say the transpose(1, 2) view
+//     of a (B, Tq, H, D) tensor); lse (B, H, Tq) float32, contiguous: the log of each row's softmax
+//     denominator, in the scaled-score domain (scores * scale + mask);
 //   mask: undefined, or a float32 additive mask given as a 4-d tensor with sizes (B|1, H|1, Tq, Tk)
 //     and any strides (a broadcast dim has stride 0); -inf hides a key.
 // causal hides key j from query i when j > i (top-left aligned).
+// Outputs (out, dq, dk, dv) must not overlap each other or the inputs, and distinct elements of
+// one output must be distinct memory (no stride 0 on a dim longer than 1). An input or output
+// moves in 16-byte pieces when its data pointer is 16-byte aligned and its batch, head and row
+// strides are multiples of 8 elements (vector_ok in attention_tile.cuh; contiguous tensors and
+// views of a (B, T, 3, H, D) or (B, T, 3C) buffer qualify); otherwise element by element.
 #pragma once
 
 #include "nabla/core/tensor.h"
@@ -23,7 +29,9 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              bool causal, double scale, const Tensor& out, const Tensor& lse);
 
-// dq, dk, dv have the shapes of q, k, v, q's dtype, and are contiguous; every one is written.
+// dout and out (the forward's) are read at any strides. dq, dk, dv have the shapes of q, k, v and
+// q's dtype, any strides whose last dim is 1 (say views of one (B, T, 3, H, D) gradient buffer);
+// every element is written. dq is accumulated in a contiguous float32 scratch buffer first.
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const Tensor& mask, bool causal,
                               double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv);

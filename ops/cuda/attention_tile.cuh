@@ -41,7 +41,8 @@ inline bool mask_fits(const Tensor& mask, int64_t B, int64_t H, int64_t Tq, int6
 }
 
 // True when every 8-element run of a row starts 16-byte aligned and is contiguous, so a tile
-// row can move in 16-byte pieces.
+// row can move in 16-byte pieces: unit last stride, batch, head and row strides multiples of 8
+// elements (dims of size 1 aside) and a 16-byte aligned data pointer. Reads and writes alike.
 inline bool vector_ok(const Tensor& t) {
   const Strides s = strides_of(t);
   return s.col == 1 && s.batch % 8 == 0 && s.head % 8 == 0 && s.row % 8 == 0 &&
@@ -172,17 +173,20 @@ __device__ __forceinline__ void load_tile(T* tile, const T* src, const Strides& 
   }
 }
 
-// Writes 16 rows x D columns from a shared-memory tile (row stride kD + 8) to a contiguous
-// (rows, D) matrix, skipping rows >= valid_rows; one warp.
+// Writes 16 rows x D columns from a shared-memory tile (row stride kD + 8) to global memory:
+// row r of the tile goes to dst + r * row_stride, columns at unit stride; rows >= valid_rows are
+// skipped; one warp. With `vector` (see vector_ok: dst and row_stride keep every 8-column piece
+// 16-byte aligned) each piece is one 16-byte store, otherwise eight scalar stores.
 template <int kD, typename T>
-__device__ __forceinline__ void store_rows(T* dst, const T* tile, int valid_rows, int D, bool vector) {
+__device__ __forceinline__ void store_rows(T* dst, int64_t row_stride, const T* tile, int valid_rows, int D,
+                                           bool vector) {
   constexpr int kChunks = kD / 8;
   const int lane = threadIdx.x % 32;
   for (int c = lane; c < 16 * kChunks; c += 32) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     if (r >= valid_rows || col >= D) continue;
     const T* from = tile + r * (kD + 8) + col;
-    T* to = dst + int64_t{r} * D + col;
+    T* to = dst + r * row_stride + col;
     if (vector) {
       *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(from);
     } else {

@@ -1,12 +1,15 @@
 // Fused (flash-style) attention on CUDA against the float32 math path on the same GPU, forward
 // and backward: float16 and bfloat16, head sizes 64 and 128, sequence lengths that are not tile
-// multiples, Tq != Tk, causal, additive and boolean masks, and the (B, T, H, D) -> (B, H, T, D)
-// transposed layout a transformer passes. The math path itself is checked against the CPU in
-// float64, and a memory test shows the fused path adds O(B H T D), not O(B H T^2), to the peak.
+// multiples, Tq != Tk, causal, additive and boolean masks, the (B, T, H, D) -> (B, H, T, D)
+// transposed layout a transformer passes, and q, k, v as views of one (B, T, 3C) projection (whose
+// output and gradients the kernels may write at strides). The math path itself is checked against
+// the CPU in float64, the kernels write strided outputs exactly as contiguous ones, and a memory
+// test shows the fused path adds O(B H T D), not O(B H T^2), to the peak.
 #include <cmath>
 #include <limits>
 
 #include "nabla/core/cuda/memory.h"
+#include "nabla/ops/cuda/attention_kernels.h"
 #include "parity_util.h"
 
 namespace nabla {
@@ -96,6 +99,102 @@ TEST(CudaAttention, FusedMatchesTheFloat32MathPath) {
   };
   for (DType dtype : {kFloat16, kBFloat16}) {
     for (const Case& c : cases) expect_fused_matches_float32(c, dtype);
+  }
+}
+
+// q, k and v as a GPT makes them: chunk(qkv, 3, -1) of one (B, T, 3C) projection, each viewed as
+// (B, T, H, D) and transposed to (B, H, T, D), and the output transposed back to (B, T, C). The
+// front end may write the output and the gradients of q, k and v as strided views (of a
+// (B, T, H, D) output and of one gradient buffer for qkv), which the kernels must honour.
+TEST(CudaAttention, FusedMatchesTheFloat32MathPathOnQkvViews) {
+  SKIP_WITHOUT_GPU();
+  Fp32Exact exact;
+  const int64_t B = 2, T = 200, H = 3, D = 64, C = H * D;  // T is no multiple of the tiles
+  const uint64_t seed = test_seed();
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    const Tensor qkv0 = random_input({B, T, 3 * C}, seed, kFloat32).to(kGpu, dtype);
+    const Tensor dy = random_input({B, T, C}, seed + 1, kFloat32).to(kGpu, dtype);
+    auto run_gpt = [&](DType compute) {
+      const Tensor qkv = qkv0.to(compute).detach().requires_grad_(true);  // a leaf, as the projection
+      const TensorList parts = chunk(qkv, 3, -1);
+      auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+      const Tensor y =
+          scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), {.causal = true});
+      y.transpose(1, 2).reshape({B, T, C}).backward(dy.to(compute));
+      return std::pair{y, qkv.grad()};
+    };
+    const auto [y, grad] = run_gpt(dtype);
+    const auto [y_ref, grad_ref] = run_gpt(kFloat32);
+    EXPECT_EQ(y.dtype(), dtype);
+    ASSERT_TRUE(grad.defined());
+    EXPECT_EQ(grad.sizes(), (Shape{B, T, 3 * C}));
+    const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
+    const std::string what =
+        fmt::format("{} qkv views B{} H{} T{} D{} causal", dtype_name(dtype), B, H, T, D);
+    EXPECT_LT(relative_error(y, y_ref), tol) << what;
+    const TensorList g = chunk(grad, 3, -1), g_ref = chunk(grad_ref, 3, -1);
+    const char* names[] = {"dq", "dk", "dv"};
+    for (int i = 0; i < 3; ++i) EXPECT_LT(relative_error(g[i], g_ref[i]), 2 * tol) << what << " " << names[i];
+  }
+}
+
+// The kernels themselves with out, dq, dk and dv as strided views, as the front end may pass them:
+// out the (B, H, T, D) view of a (B, T, H, D) tensor and the gradients views of one (B, T, 3, H, D)
+// buffer (16-byte stores), or the same inside buffers whose rows are 3 elements longer and start 1
+// element in (misaligned: element stores). Each must equal what the kernels write to contiguous
+// tensors (dq up to the order of its float32 atomics), and no element outside the views may change.
+TEST(CudaAttention, FusedKernelsWriteStridedOutputs) {
+  SKIP_WITHOUT_GPU();
+  const int64_t B = 2, H = 3, T = 200;
+  const double sentinel = 7.0;
+  for (const int64_t D : {64, 40}) {
+    for (DType dtype : {kBFloat16, kFloat16}) {
+      const TensorOptions options{.dtype = dtype, .device = kGpu};
+      const TensorOptions float32{.dtype = kFloat32, .device = kGpu};
+      const uint64_t seed = test_seed() + static_cast<uint64_t>(D);
+      const Tensor qkv = random_input({B, T, 3, H, D}, seed, kFloat32).to(kGpu, dtype);
+      const Tensor q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),
+                   v = qkv.select(2, 2).transpose(1, 2);
+      const Tensor dout = random_input({B, T, H, D}, seed + 1, kFloat32).to(kGpu, dtype).transpose(1, 2);
+      if (!ops::cuda::flash_attention_supported(q, k, v)) GTEST_SKIP() << "no fused attention on this GPU";
+      const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+      const Tensor out = Tensor::empty({B, H, T, D}, options), lse = Tensor::empty({B, H, T}, float32);
+      const Tensor dq = Tensor::empty({B, H, T, D}, options), dk = Tensor::empty({B, H, T, D}, options),
+                   dv = Tensor::empty({B, H, T, D}, options);
+      ops::cuda::flash_attention_forward(q, k, v, Tensor(), true, scale, out, lse);
+      ops::cuda::flash_attention_backward(dout, q, k, v, out, lse, Tensor(), true, scale, dq, dk, dv);
+      for (const bool aligned : {true, false}) {
+        const int64_t pad = aligned ? 0 : 3, skip = aligned ? 0 : 1;
+        const Tensor out_buffer = full({B, T, H, D + pad}, sentinel, options);
+        const Tensor grad_buffer = full({B, T, 3, H, D + pad}, sentinel, options);
+        const Tensor out_s = out_buffer.narrow(3, skip, D).transpose(1, 2);
+        auto grad_view = [&](int64_t i) {
+          return grad_buffer.select(2, i).narrow(3, skip, D).transpose(1, 2);
+        };
+        const Tensor dq_s = grad_view(0), dk_s = grad_view(1), dv_s = grad_view(2);
+        const Tensor lse_s = Tensor::empty({B, H, T}, float32);
+        ops::cuda::flash_attention_forward(q, k, v, Tensor(), true, scale, out_s, lse_s);
+        ops::cuda::flash_attention_backward(dout, q, k, v, out_s, lse_s, Tensor(), true, scale, dq_s, dk_s,
+                                            dv_s);
+        const std::string what =
+            fmt::format("{} D{} {}", dtype_name(dtype), D, aligned ? "aligned" : "misaligned");
+        EXPECT_TRUE(all_close(out_s, out, 0, 0)) << what << " out";
+        EXPECT_TRUE(all_close(lse_s, lse, 0, 0)) << what << " lse";
+        EXPECT_TRUE(all_close(dk_s, dk, 0, 0)) << what << " dk";
+        EXPECT_TRUE(all_close(dv_s, dv, 0, 0)) << what << " dv";
+        const double ulp = dtype == kFloat16 ? 2e-3 : 1e-2;  // a rounding step or so
+        EXPECT_TRUE(all_close(dq_s, dq, ulp, ulp)) << what << " dq";
+        if (!aligned) {
+          for (const Tensor& buffer : {out_buffer, grad_buffer}) {
+            const int64_t last = buffer.dim() - 1;
+            const Tensor before = buffer.narrow(last, 0, skip),
+                         after = buffer.narrow(last, skip + D, pad - skip);
+            EXPECT_TRUE(all_close(before, full_like(before, sentinel), 0, 0)) << what << " padding";
+            EXPECT_TRUE(all_close(after, full_like(after, sentinel), 0, 0)) << what << " padding";
+          }
+        }
+      }
+    }
   }
 }
 

@@ -43,7 +43,11 @@ TEST(CudaParityLoss, CrossEntropyAndNllLossMatchTheCpu) {
     Shape logits;
     MemoryFormat format;
   };
+  // (37, 64) and (6, 1000) take the 16-byte vector path of the fused cross-entropy in every
+  // dtype (1000 classes: many vectors per thread to combine), (64, 10) the scalar one but in float64.
   const std::vector<Case> cases = {{{64, 10}, MemoryFormat::Contiguous},
+                                   {{37, 64}, MemoryFormat::Contiguous},
+                                   {{6, 1000}, MemoryFormat::Contiguous},
                                    {{2, 5, 6, 7}, MemoryFormat::Contiguous},
                                    {{2, 5, 6, 7}, MemoryFormat::ChannelsLast}};
   for (const Case& c : cases) {
