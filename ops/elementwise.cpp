@@ -66,7 +66,10 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   ops::check_same_device(name, {a_in, b_in});
   // Autocast: widest. Every binary front end comes here, and this promotion is that rule.
   DType common = binary_dtype(op, a_in, b_in);
-  Tensor a = cast_to(a_in, common), b = cast_to(b_in, common);
+  // CUDA reads a float32 / 16-bit pair as it is (is_mixed_float_pair): no float32 copy.
+  const bool mixed =
+      a_in.is_cuda() && common == kFloat32 && ops::is_mixed_float_pair(op, a_in.dtype(), b_in.dtype());
+  Tensor a = mixed ? a_in : cast_to(a_in, common), b = mixed ? b_in : cast_to(b_in, common);
   Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
   DType out_dtype = ops::is_comparison(op) ? kBool : common;
   Tensor out = Tensor::empty(

@@ -244,20 +244,28 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   }
   Tensor out = linear_forward(x, weight, bias);
   if (autograd::needs_grad({x, weight, bias})) {
-    autograd::record("linear", {x, weight, bias}, {out}, /*save=*/{x, weight},
-                     [](autograd::BackwardContext& ctx) {
-                       const Tensor& g = ctx.grad();  // (..., out)
-                       const Tensor& x = ctx.saved[0];
-                       const Tensor& w = ctx.saved[1];
-                       Tensor grad_x, grad_w, grad_b;
-                       if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
-                       if (ctx.needs(1) || ctx.needs(2)) {
-                         Tensor g2 = flatten_rows(g);  // (rows, out)
-                         if (ctx.needs(1)) grad_w = matmul(g2.t(), flatten_rows(x));
-                         if (ctx.needs(2)) grad_b = g2.sum({0});
-                       }
-                       return TensorList{grad_x, grad_w, grad_b};
-                     });
+    autograd::record(
+        "linear", {x, weight, bias}, {out}, /*save=*/{x, weight}, [](autograd::BackwardContext& ctx) {
+          const Tensor& g = ctx.grad();  // (..., out)
+          const Tensor& x = ctx.saved[0];
+          const Tensor& w = ctx.saved[1];
+          Tensor grad_x, grad_w, grad_b;
+          if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
+          if (ctx.needs(1) || ctx.needs(2)) {
+            Tensor g2 = flatten_rows(g);  // (rows, out)
+            if (ctx.needs(1)) {
+              // A column-major weight (the transpose of an (in, out) parameter, as
+              // GPT-2's Conv1D passes) gets a column-major gradient: the transposed
+              // product costs the same and the parameter's gradient then needs no
+              // relayout (Note [Gradient layout]).
+              const bool column_major =
+                  w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
+              grad_w = column_major ? matmul(flatten_rows(x).t(), g2).t() : matmul(g2.t(), flatten_rows(x));
+            }
+            if (ctx.needs(2)) grad_b = g2.sum({0});
+          }
+          return TensorList{grad_x, grad_w, grad_b};
+        });
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // Gradient clipping: per-tensor norms combined on the device, one scale per gradient.
 #include "nabla/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nabla/core/autograd/grad_mode.h"
@@ -53,10 +54,16 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
   // coefficient = min(1, max_norm / (total + 1e-6)), applied as a device tensor.
   Tensor coef =
       clamp(div(full({}, max_norm, {.dtype = acc, .device = device}), add(total, 1e-6)), std::nullopt, 1.0);
+  // The float32 CUDA gradients whose norm was fused are scaled in one launch per batch too.
+  if (!fused.empty()) {
+    dispatch(
+        "clip_grad_norm_", fused.front(), [] {}, [&] { cuda::multi_tensor_scale_(fused, coef); });
+  }
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     Tensor param = p;  // a handle; the gradient it reaches is the shared one
     Tensor& g = param.mutable_grad();
+    if (std::any_of(fused.begin(), fused.end(), [&](const Tensor& f) { return f.is_same(g); })) continue;
     g.mul_(g.dtype() == acc ? coef : coef.to(g.dtype()));
   }
   return total;

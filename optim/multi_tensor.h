@@ -42,6 +42,10 @@ void multi_tensor_adam(const TensorList& params, const TensorList& grads, const 
 // per-block partial sums, and one reduction adds them up (no host synchronization).
 Tensor multi_tensor_sum_of_squares(const TensorList& tensors);
 
+// tensors[i] *= factor (a 1-element float32 tensor on their device) for dense float32 CUDA
+// tensors, one launch per batch of tensors: clip_grad_norm_'s scaling.
+void multi_tensor_scale_(const TensorList& tensors, const Tensor& factor);
+
 }  // namespace nabla::optim::cuda
 
 namespace nabla::optim {

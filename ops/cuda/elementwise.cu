@@ -54,6 +54,15 @@ struct BinaryKernel {
   }
 };
 
+// float32 `a` with a 16-bit `b` (or the other way round), computed and stored in float32.
+template <BinaryOp kOp, typename A, typename B>
+struct MixedBinaryKernel {
+  float alpha;
+  __device__ __forceinline__ float operator()(A ra, B rb) const {
+    return formula::binary<kOp>(load_as_opmath(ra), load_as_opmath(rb), alpha);
+  }
+};
+
 template <BinaryOp kOp, typename T>
 struct BinaryCompareKernel {
   __device__ __forceinline__ bool operator()(T ra, T rb) const {
@@ -102,6 +111,28 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams params) 
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  if (a.dtype() != b.dtype()) {
+    NABLA_ASSERT(is_mixed_float_pair(op, a.dtype(), b.dtype()) && out.dtype() == kFloat32,
+                 "binary op {} reached the CUDA kernel with {} and {}", name(op), dtype_name(a.dtype()),
+                 dtype_name(b.dtype()));
+    const DType half = a.dtype() == kFloat32 ? b.dtype() : a.dtype();
+    dispatch_device<TypeSet::Floating>(half, "binary op", [&]<typename H>() {
+      if constexpr (std::is_same_v<H, __half> || std::is_same_v<H, __nv_bfloat16>) {
+        with_binary_op(op, [&]<BinaryOp kOp>() {
+          if constexpr (kOp == BinaryOp::Add || kOp == BinaryOp::Sub || kOp == BinaryOp::Mul) {
+            if (a.dtype() == kFloat32) {
+              launch_elementwise<float, float, H>(
+                  out, {&a, &b}, MixedBinaryKernel<kOp, float, H>{static_cast<float>(alpha)});
+            } else {
+              launch_elementwise<float, H, float>(
+                  out, {&a, &b}, MixedBinaryKernel<kOp, H, float>{static_cast<float>(alpha)});
+            }
+          }
+        });
+      }
+    });
+    return;
+  }
   if (a.dtype() == kBool) {
     NABLA_CHECK(is_logical_op(op),
                 "binary op on bool tensors: only +, *, maximum, minimum and comparisons are defined");

@@ -21,6 +21,7 @@ void randint(const Tensor& out, PhiloxState state, int64_t low, int64_t high);
 // out = 1 where the element's uniform draw is below p, else 0 (any dtype; bool gives true/false).
 void bernoulli(const Tensor& out, PhiloxState state, double p);
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams params);
+// a and b share one dtype, or are a pair that is_mixed_float_pair takes (out float32).
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 

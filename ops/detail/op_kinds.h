@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "nabla/core/dtype.h"
 #include "nabla/core/error.h"
 
 namespace nabla::ops {
@@ -125,6 +126,15 @@ constexpr const char* name(UnaryOp op) {
 }
 constexpr const char* name(BinaryOp op) {
   return kBinaryOpNames[static_cast<size_t>(op)];
+}
+
+// A float32 tensor with a float16/bfloat16 one under +, - or *: the CUDA binary kernel reads both
+// as they are and computes in float32, so autocast's mixed residual adds (a float32 stream plus
+// a bfloat16 projection) need no float32 copy of the 16-bit side.
+constexpr bool is_mixed_float_pair(BinaryOp op, DType a, DType b) {
+  const auto half = [](DType d) { return d == kFloat16 || d == kBFloat16; };
+  return (op == BinaryOp::Add || op == BinaryOp::Sub || op == BinaryOp::Mul) &&
+         ((a == kFloat32 && half(b)) || (half(a) && b == kFloat32));
 }
 
 constexpr bool is_comparison(UnaryOp op) {

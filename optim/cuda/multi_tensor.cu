@@ -113,6 +113,19 @@ __global__ void sum_of_squares_kernel(NormTable table, float* partials) {
   if (threadIdx.x == 0) partials[int64_t{blockIdx.y} * gridDim.x + blockIdx.x] = shared[0];
 }
 
+struct ScaleEntry {
+  float* data;
+  int64_t numel;
+};
+using ScaleTable = EntryTable<ScaleEntry, kMaxNormTensors>;
+
+// x *= *factor for every tensor of the table (the factor stays on the device: no host read).
+__global__ void scale_kernel(ScaleTable table, const float* factor) {
+  const ScaleEntry e = table.entries[blockIdx.y];
+  const float f = *factor;
+  for_grid_stride(e.numel, [&](int64_t i) { e.data[i] *= f; });
+}
+
 float* float_ptr(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
 }
@@ -155,6 +168,33 @@ Tensor multi_tensor_sum_of_squares(const TensorList& tensors) {
         total = total.defined() ? add(total, part) : part;
       });
   return total.defined() ? total : zeros({}, {.dtype = kFloat32, .device = tensors[0].device()});
+}
+
+void multi_tensor_scale_(const TensorList& tensors, const Tensor& factor) {
+  if (tensors.empty()) return;
+  check_same_device(tensors);
+  NABLA_CHECK(factor.is_cuda() && factor.dtype() == kFloat32 && factor.numel() == 1 &&
+                  factor.device() == tensors[0].device(),
+              "multi_tensor_scale_: the factor must be one float32 element on the tensors' device, got {}",
+              describe(factor));
+  for (const auto& t : tensors) {
+    NABLA_CHECK(t.is_cuda() && t.dtype() == kFloat32 &&
+                    (t.is_contiguous() || t.is_contiguous(MemoryFormat::ChannelsLast)),
+                "multi_tensor_scale_: needs dense (contiguous or channels_last) float32 CUDA tensors, got {}",
+                describe(t));
+  }
+  const LaunchScope scope(tensors[0].device().index);
+  const Tensor f = factor.contiguous();
+  launch_tables<kMaxNormTensors, ScaleEntry>(
+      tensors.size(), kLaunch,
+      [&](size_t i, ScaleEntry& e) {
+        e = {static_cast<float*>(tensors[i].data_ptr()), tensors[i].numel()};
+        return e.numel;
+      },
+      [&](const ScaleTable& table, dim3 grid) {
+        scale_kernel<<<grid, kBlock, 0, scope.stream()>>>(table, static_cast<const float*>(f.data_ptr()));
+      });
+  for (const auto& t : tensors) t.bump_version();
 }
 
 bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state) {

@@ -264,6 +264,29 @@ TEST(CudaParityElementwise, BinaryOpsBroadcastLikeTheCpu) {
   }
 }
 
+TEST(CudaParityElementwise, Float32WithA16BitTensorNeedsNoCopyAndMatchesTheCpu) {
+  // ops::is_mixed_float_pair: +, - and * read float32 and float16/bfloat16 as they are (a
+  // transposed and a broadcast operand included); the CPU promotes with a copy first.
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (DType half : {kFloat16, kBFloat16}) {
+    const Tensor wide = random_values({37, 64}, ++seed, kFloat32);
+    const Tensor narrow = random_values({64, 37}, ++seed, half).t();  // (37, 64), transposed
+    const Tensor row = random_values({64}, ++seed, half);
+    for (int which = 0; which < 3; ++which) {
+      const auto op = [&](const Tensor& a, const Tensor& b) {
+        return which == 0 ? add(a, b, 0.5) : which == 1 ? sub(a, b) : mul(a, b);
+      };
+      for (const auto& [a, b] : {std::pair{wide, narrow}, std::pair{narrow, wide}, std::pair{wide, row}}) {
+        const Tensor expected = op(a, b);
+        const Tensor got = op(to_cuda(a), to_cuda(b));
+        EXPECT_EQ(got.dtype(), kFloat32);
+        EXPECT_TRUE(matches_cpu(got, expected, Tolerance{1e-6, 1e-6})) << dtype_name(half) << " op " << which;
+      }
+    }
+  }
+}
+
 TEST(CudaParityElementwise, WhereMatchesTheCpuForEveryDtypeLayoutAndBroadcast) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();

@@ -37,6 +37,13 @@ TEST(Autograd, NewGradientsTakeTheLeafsLayoutAndDtype) {
   linear(x, w.t()).sum().backward();
   EXPECT_EQ(w.grad().strides(), w.strides());
   EXPECT_TRUE(all_close(w.grad(), matmul(x.t(), ones({3, 4}, {.dtype = kFloat64})), 1e-12));
+  // linear itself returns a column-major weight's gradient column-major.
+  Tensor w2 = random_input({6, 4}, test_seed() + 4, kFloat64, true);
+  Tensor view = w2.t();
+  view.retain_grad();
+  linear(x, view).sum().backward();
+  EXPECT_EQ(view.grad().strides(), view.strides());
+  EXPECT_TRUE(all_close(view.grad(), matmul(ones({4, 3}, {.dtype = kFloat64}), x), 1e-12));
   // A leaf that is itself a transposed layout keeps its own strides.
   Tensor wt = random_input({4, 6}, test_seed() + 2, kFloat64).t().detach().requires_grad_();
   (wt * 2.0).sum().backward();
