@@ -9,6 +9,9 @@
 // matmul itself, so they broadcast the same way and support create_graph.
 #include "nabla/ops/linalg.h"
 
+#include <tuple>
+#include <utility>
+
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
@@ -189,6 +192,34 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
 
+// The gradient of linear's weight w (out, in) from g (rows, out) and x (rows, in), g^T x, and
+// with `with_bias` on CUDA (no create_graph) also the bias gradient, the row sums of g^T, from
+// the product's epilogue instead of a reduction pass over g. An undefined bias gradient means
+// the caller sums g. A column-major w (the transpose of an (in, out) parameter, as GPT-2's
+// Conv1D passes) gets a column-major gradient: the transposed product costs the same and the
+// parameter's gradient then needs no relayout (Note [Gradient layout]).
+std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, const Tensor& w, bool with_bias) {
+  const bool column_major = w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
+  const bool fused = with_bias && g.is_cuda() && !GradMode::is_enabled() && g.dtype() == x.dtype() &&
+                     g.size(0) > 0 && is_floating(g.dtype());
+  if (!fused) return {column_major ? matmul(x.t(), g).t() : matmul(g.t(), x), Tensor()};
+  Tensor grad_b = Tensor::empty({g.size(1)}, g.options());
+  bool summed = false;
+  // column-major: (x^T g)^T, the bias the column sums of g; else g^T x, the bias the row sums of g^T.
+  const Tensor a = column_major ? x.t() : g.t(), b = column_major ? g : x;
+  Tensor out = Tensor::empty({a.size(0), b.size(1)}, g.options());
+  ops::dispatch(
+      "linear", g, [] { NABLA_ASSERT(false, "weight_gradient: the fused path is CUDA only"); },
+      [&] {
+        const Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
+        const Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
+        ops::cuda::GemmOptions o{.allow_tf32 = allow_tf32()};
+        (column_major ? o.b_column_sums : o.a_row_sums) = grad_b;
+        summed = ops::cuda::gemm(ae, be, out, o);
+      });
+  return {column_major ? out.t() : out, summed ? grad_b : Tensor()};
+}
+
 }  // namespace
 
 void set_allow_tf32(bool allow) {
@@ -244,28 +275,21 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   }
   Tensor out = linear_forward(x, weight, bias);
   if (autograd::needs_grad({x, weight, bias})) {
-    autograd::record(
-        "linear", {x, weight, bias}, {out}, /*save=*/{x, weight}, [](autograd::BackwardContext& ctx) {
-          const Tensor& g = ctx.grad();  // (..., out)
-          const Tensor& x = ctx.saved[0];
-          const Tensor& w = ctx.saved[1];
-          Tensor grad_x, grad_w, grad_b;
-          if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
-          if (ctx.needs(1) || ctx.needs(2)) {
-            Tensor g2 = flatten_rows(g);  // (rows, out)
-            if (ctx.needs(1)) {
-              // A column-major weight (the transpose of an (in, out) parameter, as
-              // GPT-2's Conv1D passes) gets a column-major gradient: the transposed
-              // product costs the same and the parameter's gradient then needs no
-              // relayout (Note [Gradient layout]).
-              const bool column_major =
-                  w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
-              grad_w = column_major ? matmul(flatten_rows(x).t(), g2).t() : matmul(g2.t(), flatten_rows(x));
-            }
-            if (ctx.needs(2)) grad_b = g2.sum({0});
-          }
-          return TensorList{grad_x, grad_w, grad_b};
-        });
+    autograd::record("linear", {x, weight, bias}, {out}, /*save=*/{x, weight},
+                     [](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();  // (..., out)
+                       const Tensor& x = ctx.saved[0];
+                       const Tensor& w = ctx.saved[1];
+                       Tensor grad_x, grad_w, grad_b;
+                       if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
+                       if (ctx.needs(1) || ctx.needs(2)) {
+                         Tensor g2 = flatten_rows(g);  // (rows, out)
+                         if (ctx.needs(1))
+                           std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2));
+                         if (ctx.needs(2) && !grad_b.defined()) grad_b = g2.sum({0});
+                       }
+                       return TensorList{grad_x, grad_w, grad_b};
+                     });
   }
   return out;
 }

@@ -116,8 +116,10 @@ struct Problem {
   const void* a;
   const void* b;
   void* d;
-  const void* bias;  // null: no epilogue
-  bool accumulate;   // beta = 1: D already holds the bias
+  const void* bias;           // null: no epilogue
+  bool accumulate;            // beta = 1: D already holds the bias
+  void* bias_grad = nullptr;  // BGRADA (sums over k of A's rows) or BGRADB (of B's columns)
+  bool bias_grad_of_a = false;
 };
 
 // The largest power of two (up to 256) dividing every byte offset the call may address first.
@@ -129,7 +131,7 @@ uint32_t alignment(const void* p, int64_t batch, int64_t batch_stride_bytes) {
   return align;
 }
 
-using Key = std::array<int64_t, 22>;
+using Key = std::array<int64_t, 24>;
 
 struct AlgoCache {
   std::mutex mutex;
@@ -164,6 +166,10 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   if (p.bias) {
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+  } else if (p.bias_grad) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE,
+             p.bias_grad_of_a ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB);
+    desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias_grad);
   }
   // Stored shapes: op(A) is (m, k), so A is (k, m) when transposed; likewise B.
   const Layout la(p.type, p.trans_a ? p.k : p.m, p.trans_a ? p.m : p.k, p.lda, p.batch, p.stride_a);
@@ -176,18 +182,33 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   const uint32_t align_a = alignment(p.a, p.batch, p.stride_a * item);
   const uint32_t align_b = alignment(p.b, p.batch, p.stride_b * item);
   const uint32_t align_d = alignment(p.d, p.batch, p.stride_d * item);
-  const uint32_t align_bias = p.bias ? alignment(p.bias, 1, 0) : 0;
-  const Key key{device,       p.type,
-                p.compute,    p.trans_a,
-                p.trans_b,    p.m,
-                p.n,          p.k,
-                p.lda,        p.ldb,
-                p.ldd,        p.batch,
-                p.stride_a,   p.stride_b,
-                p.stride_d,   align_a,
-                align_b,      align_d,
-                align_bias,   p.bias != nullptr,
-                p.accumulate, static_cast<int64_t>(workspace.bytes)};
+  const uint32_t align_bias = p.bias        ? alignment(p.bias, 1, 0)
+                              : p.bias_grad ? alignment(p.bias_grad, 1, 0)
+                                            : 0;
+  const Key key{device,
+                p.type,
+                p.compute,
+                p.trans_a,
+                p.trans_b,
+                p.m,
+                p.n,
+                p.k,
+                p.lda,
+                p.ldb,
+                p.ldd,
+                p.batch,
+                p.stride_a,
+                p.stride_b,
+                p.stride_d,
+                align_a,
+                align_b,
+                align_d,
+                align_bias,
+                p.bias != nullptr,
+                p.accumulate,
+                static_cast<int64_t>(workspace.bytes),
+                p.bias_grad != nullptr,
+                p.bias_grad_of_a};
 
   std::optional<cublasLtMatmulAlgo_t> algo;
   {
@@ -218,7 +239,7 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
     }
   }
   if (!algo) {
-    NABLA_CHECK(p.bias != nullptr,
+    NABLA_CHECK(p.bias != nullptr || p.bias_grad != nullptr,
                 "matmul: cuBLASLt has no algorithm for ({} x {}) @ ({} x {}) x {} batches of {} (leading "
                 "dims {}, {}, {})",
                 p.m, p.k, p.k, p.n, p.batch, p.type == CUDA_R_64F ? "float64" : "this dtype", p.lda, p.ldb,
@@ -290,7 +311,7 @@ bool is_gemm_operand(const Tensor& t) {
   return t.dim() >= 2 && layout_of(t).ok;
 }
 
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options) {
+bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options) {
   NABLA_ASSERT(a.dim() >= 2 && a.dim() == b.dim() && a.dim() == out.dim(),
                "gemm: operands of ranks {}, {}, {}", a.dim(), b.dim(), out.dim());
   NABLA_ASSERT(a.dtype() == b.dtype() && a.dtype() == out.dtype(), "gemm: mixed dtypes");
@@ -303,14 +324,22 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
                shape_str(out.sizes()));
   const Tensor& bias = options.bias;
   NABLA_ASSERT(!bias.defined() || out.dim() == 2, "gemm: a bias is for 2-d products (linear)");
-  if (out.numel() == 0) return;
+  const Tensor& sums = options.a_row_sums.defined() ? options.a_row_sums : options.b_column_sums;
+  NABLA_ASSERT(
+      !sums.defined() || (out.dim() == 2 && !bias.defined() &&
+                          !(options.a_row_sums.defined() && options.b_column_sums.defined()) &&
+                          sums.is_contiguous() && sums.dtype() == out.dtype() &&
+                          sums.numel() == (options.a_row_sums.defined() ? out.size(0) : out.size(1))),
+      "gemm: sums {} for a {} product", describe(sums), shape_str(out.sizes()));
+  if (out.numel() == 0) return !sums.defined();
   if (k == 0) {  // an empty sum: zeros, plus the bias
     if (bias.defined()) {
       copy(bias, out);
     } else {
       fill(out, 0.0);
     }
-    return;
+    if (sums.defined()) fill(sums, 0.0);
+    return true;
   }
   const MatrixLayout la = layout_of(a), lb = layout_of(b);
   NABLA_ASSERT(la.ok && lb.ok, "gemm: operands must be plain or transposed matrices");
@@ -350,6 +379,12 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
     bias_vector = bias.stride(0) == 1 ? bias : bias.contiguous();
     p.bias = bias_vector.data_ptr();
   }
+  if (sums.defined()) {
+    // Column-major view: a's rows are B's columns (BGRADB), b's columns are A's rows (BGRADA).
+    p.bias_grad = sums.data_ptr();
+    p.bias_grad_of_a = options.b_column_sums.defined();
+  }
+  bool sums_written = sums.defined();
 
   const Batches batches = collapse_batches(a, b, out);
   int64_t outer = 1;  // batches looped on the host: every batch dim but the innermost collapsed one
@@ -379,14 +414,19 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
     p.b = a_base + off_a * item;
     p.d = out_base + off_out * item;
     if (!run(p, device, stream)) {
-      // No algorithm with the bias epilogue: write the bias first and accumulate onto it.
       Problem plain = p;
       plain.bias = nullptr;
-      plain.accumulate = true;
-      copy(bias_vector, out);
+      plain.bias_grad = nullptr;
+      if (p.bias) {
+        // No algorithm with the bias epilogue: write the bias first and accumulate onto it.
+        plain.accumulate = true;
+        copy(bias_vector, out);
+      }
+      sums_written = false;  // the caller sums on its own
       run(plain, device, stream);
     }
   }
+  return sums_written || !sums.defined();
 }
 
 }  // namespace nabla::ops::cuda

@@ -13,11 +13,18 @@ bool is_gemm_operand(const Tensor& t);
 struct GemmOptions {
   Tensor bias;              // (M) added to every row of the output, or undefined
   bool allow_tf32 = false;  // float32 only: CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F
+  // 2-d products without a bias only, at most one of the two: (N) sums over K of a's rows, or
+  // (M) sums over K of b's columns, written by the product's epilogue (a linear layer's bias
+  // gradient, with no pass of its own over the output gradient). Contiguous, out's dtype.
+  Tensor a_row_sums = {};
+  Tensor b_column_sums = {};
 };
 
 // out (..., N, M) = a (..., N, K) @ b (..., K, M) [+ bias]. a, b and out share the batch sizes
 // (a and b may be expanded, stride 0) and one floating dtype; a and b pass is_gemm_operand; out
-// is contiguous. float16/bfloat16 accumulate in float32, float64 in float64.
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options = {});
+// is contiguous. float16/bfloat16 accumulate in float32, float64 in float64. Returns false when
+// sums were asked for and cuBLASLt has no algorithm that writes them: the product is then
+// written and the sums are not.
+bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options = {});
 
 }  // namespace nabla::ops::cuda

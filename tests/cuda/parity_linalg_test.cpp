@@ -217,6 +217,18 @@ TEST(CudaParityLinalg, GradientsMatchTheCpu) {
         << "linear grad w " << dtype_name(dtype);
     EXPECT_TRUE(matches_cpu(bd.grad(), b.grad(), gemm_tolerance(dtype, 24)))
         << "linear grad bias " << dtype_name(dtype);
+    // A column-major weight (GPT-2's Conv1D: the transpose of an (in, out) parameter): its
+    // gradient comes from the transposed product, the bias gradient from the other operand's
+    // epilogue sums.
+    Tensor wt0 = random_input({64, 20}, ++seed, dtype);
+    Tensor wt = wt0.detach().requires_grad_(true), wtd = to_cuda(wt0).requires_grad_(true);
+    Tensor b2 = b0.detach().requires_grad_(true), b2d = to_cuda(b0).requires_grad_(true);
+    linear(x0, wt.t(), b2).backward(g);
+    linear(to_cuda(x0), wtd.t(), b2d).backward(to_cuda(g));
+    EXPECT_TRUE(matches_cpu(wtd.grad(), wt.grad(), gemm_tolerance(dtype, 24)))
+        << "linear grad column-major w " << dtype_name(dtype);
+    EXPECT_TRUE(matches_cpu(b2d.grad(), b2.grad(), gemm_tolerance(dtype, 24)))
+        << "linear grad bias, column-major w " << dtype_name(dtype);
   }
 }
 
