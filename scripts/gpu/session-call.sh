@@ -4,7 +4,7 @@
 #   1. the CUDA test cases named in $FIRST (a gtest filter), then every test binary of the bundle;
 #   2. nabla-bench gpt --compare-pytorch --profile 3 (GPT-2 124M bf16 beside PyTorch eager and
 #      torch.compile, and nabla::profiler's table);
-#   3. nabla-bench train for ResNet-50 (fp16, channels_last), nabla's row only;
+#   3. nabla-bench train for ResNet-50 (fp16, channels_last); $RESNET_FLAGS adds flags (--compare-pytorch);
 #   4. the byte-level GPT demo on the fortunes, with its sample;
 # logs under $OUT and a short summary last. $SKIP lists steps to leave out (tests, gpt, resnet, demo).
 set -uo pipefail
@@ -33,7 +33,7 @@ if [[ $skip != *gpt* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 "$build/apps/nabla-bench" gpt --profile 3 --compare-pytorch > "$out/gpt_bench.log" 2>&1
 fi
 if [[ $skip != *resnet* ]]; then
-  timeout 120 "$build/apps/nabla-bench" train --arch resnet50 --batch-size 256 --amp fp16 --channels-last \
+  timeout 240 "$build/apps/nabla-bench" train --arch resnet50 --batch-size 256 --amp fp16 --channels-last ${RESNET_FLAGS:-} \
     --steps 20 > "$out/resnet50.log" 2>&1
 fi
 if [[ $skip != *demo* ]]; then
@@ -42,6 +42,6 @@ if [[ $skip != *demo* ]]; then
 fi
 echo "== profile"; sed -n '/nabla::profiler/,/^total/p' "$out/gpt_bench.log" 2>/dev/null | head -30
 echo "== demo"; tail -16 "$out/gpt_demo.log" 2>/dev/null
-echo "== resnet50"; tail -4 "$out/resnet50.log" 2>/dev/null
+echo "== resnet50"; tail -5 "$out/resnet50.log" 2>/dev/null
 echo "== tests"; printf '%s\n' "${summary[@]}"
 echo "== gpt"; sed -n '/^GPT-2/,$p' "$out/gpt_bench.log" 2>/dev/null

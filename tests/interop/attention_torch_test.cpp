@@ -12,17 +12,13 @@
 #include <string>
 
 #include "test_util.h"
+#include "torch_python.h"
 
 namespace nabla {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
 namespace fs = std::filesystem;
-
-bool torch_available() {
-  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return ok;
-}
 
 struct CaseSetup {
   const char* name;
@@ -39,7 +35,7 @@ nn::StateDict under(const nn::StateDict& all, const std::string& prefix) {
 }
 
 TEST(InteropAttention, MultiheadAttentionMatchesPyTorch) {
-  if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
   const fs::path file = fs::temp_directory_path() / fmt::format("nabla_mha_{}.safetensors", ::getpid());
   const std::string command =
       fmt::format("/usr/bin/python3 '{}' '{}' {}", source_file("tests/interop/torch_attention.py").string(),

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "test_util.h"
+#include "torch_python.h"
 
 namespace nabla {
 namespace {
@@ -20,13 +21,8 @@ namespace {
 using namespace testing;  // NOLINT: test helpers
 namespace fs = std::filesystem;
 
-bool torch_available() {
-  static const bool ok = std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
-  return ok;
-}
-
 TEST(InteropGpt2, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {
-  if (!torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
   const fs::path file = fs::temp_directory_path() / fmt::format("nabla_gpt2_{}.safetensors", ::getpid());
   const std::string command =
       fmt::format("/usr/bin/python3 '{}' '{}' {}", source_file("tests/interop/torch_gpt2_logits.py").string(),
