@@ -21,9 +21,16 @@ using Clock = std::chrono::steady_clock;
 struct Call {
   int op = 0;         // index into State::names
   int device = -1;    // CUDA device, or -1
-  size_t events = 0;  // index of the start event in State::events; end is events + 1
+  size_t events = 0;  // index of the start event in its device's pool; the end is events + 1
   Clock::time_point host_start;
   double host_ms = 0;
+  bool ended = false;  // its end was recorded in this session
+};
+
+// Reused from one recording to the next: an event belongs to the device it was created on.
+struct Pool {
+  std::vector<cuda::Event> events;
+  size_t used = 0;
 };
 
 struct State {
@@ -31,9 +38,8 @@ struct State {
   std::vector<std::string> names;
   std::unordered_map<std::string, int> index;
   std::vector<Call> calls;
-  // Reused from one recording to the next: a CUDA event is created on its first record.
-  std::vector<cuda::Event> events;
-  size_t events_used = 0;
+  std::unordered_map<int, Pool> pools;  // by CUDA device
+  uint64_t session = 0;                 // start() counts up: a scope of an earlier one records nothing
 };
 
 std::atomic<bool> recording{false};
@@ -60,37 +66,51 @@ bool active() {
 }
 
 void Scope::begin(std::string_view op, int device) {
-  entered_ = true;
-  if (depth++ != 0) return;
+  if (depth != 0) {  // nested: the outermost scope owns this time
+    ++depth;
+    entered_ = true;
+    return;
+  }
   State& s = state();
   std::lock_guard lock(s.mutex);
-  Call c{.op = intern(s, op), .device = device, .events = 0, .host_start = {}, .host_ms = 0};
+  Call c{.op = intern(s, op), .device = device, .events = 0, .host_start = {}, .host_ms = 0, .ended = false};
   if (device >= 0) {
     if constexpr (kHasCuda) {
-      if (s.events_used + 2 > s.events.size()) {
-        s.events.emplace_back(true);
-        s.events.emplace_back(true);
+      Pool& pool = s.pools[device];
+      if (pool.used + 2 > pool.events.size()) {
+        pool.events.emplace_back(true);
+        pool.events.emplace_back(true);
       }
-      c.events = s.events_used;
-      s.events_used += 2;
-      s.events[c.events].record(cuda::current_stream(device));
+      c.events = pool.used;
+      pool.events[c.events].record(cuda::current_stream(device));  // may throw: nothing is counted yet
+      pool.used += 2;
     }
   }
   c.host_start = Clock::now();
   call_ = static_cast<int64_t>(s.calls.size());
+  session_ = s.session;
   s.calls.push_back(c);
+  ++depth;
+  entered_ = true;
 }
 
-void Scope::end() {
+void Scope::end() noexcept {
   if (--depth != 0 || call_ < 0) return;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (static_cast<size_t>(call_) >= s.calls.size()) return;  // stopped and restarted meanwhile
+  if (session_ != s.session || !recording.load()) return;  // stopped (and maybe restarted) meanwhile
   Call& c = s.calls[static_cast<size_t>(call_)];
   c.host_ms = std::chrono::duration<double, std::milli>(Clock::now() - c.host_start).count();
   if (c.device >= 0) {
-    if constexpr (kHasCuda) s.events[c.events + 1].record(cuda::current_stream(c.device));
+    if constexpr (kHasCuda) {
+      try {
+        s.pools[c.device].events[c.events + 1].record(cuda::current_stream(c.device));
+      } catch (...) {
+        return;  // a device error is the op's to report, not the profiler's: this runs in a destructor
+      }
+    }
   }
+  c.ended = true;
 }
 
 }  // namespace detail
@@ -100,7 +120,8 @@ void start() {
   std::lock_guard lock(s.mutex);
   NABLA_CHECK(!recording.load(), "profiler::start: the profiler is already recording; call stop() first");
   s.calls.clear();
-  s.events_used = 0;
+  for (auto& [device, pool] : s.pools) pool.used = 0;
+  ++s.session;
   recording.store(true);
 }
 
@@ -123,17 +144,19 @@ Report stop() {
     t.host_ms += c.host_ms;
     if (c.device < 0) continue;
     if constexpr (kHasCuda) {
-      const cuda::Event& end = s.events[c.events + 1];
-      if (!end.recorded()) continue;  // stop() ran inside this op
-      end.synchronize();
-      t.device_ms += s.events[c.events].elapsed_ms(end);
+      if (!c.ended) continue;  // stop() ran inside this op
+      const std::vector<cuda::Event>& events = s.pools[c.device].events;
+      events[c.events + 1].synchronize();
+      t.device_ms += events[c.events].elapsed_ms(events[c.events + 1]);
       if (first_cuda == nullptr) first_cuda = &c;
       last_cuda = &c;
     }
   }
   if constexpr (kHasCuda) {
-    if (first_cuda != nullptr && first_cuda->device == last_cuda->device)
-      report.span_ms = s.events[first_cuda->events].elapsed_ms(s.events[last_cuda->events + 1]);
+    if (first_cuda != nullptr && first_cuda->device == last_cuda->device) {
+      const std::vector<cuda::Event>& events = s.pools[first_cuda->device].events;
+      report.span_ms = events[first_cuda->events].elapsed_ms(events[last_cuda->events + 1]);
+    }
   }
   for (size_t i = 0; i < totals.size(); ++i) {
     if (totals[i].calls == 0) continue;

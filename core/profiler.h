@@ -60,9 +60,10 @@ class Scope {
 
  private:
   void begin(std::string_view op, int device);
-  void end();
+  void end() noexcept;
   bool entered_ = false;  // counted in this thread's nesting depth
   int64_t call_ = -1;     // this scope's record, when it is the outermost one
+  uint64_t session_ = 0;  // the recording it belongs to
 };
 }  // namespace detail
 

@@ -54,7 +54,9 @@ Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double al
   check_fits(self, sizes, common, name);
   if (autograd::needs_grad({self, other})) return commit(self, out_of_place(self.clone(), other));
   if (common == self.dtype()) {
-    Tensor o = other.dtype() == common ? other : other.to(common);
+    // A float32 self takes a 16-bit other as it is on CUDA (ops::is_mixed_float_pair).
+    const bool mixed = self.is_cuda() && ops::is_mixed_float_pair(op, self.dtype(), other.dtype());
+    Tensor o = other.dtype() == common || mixed ? other : other.to(common);
     ops::dispatch(
         ops::name(op), self, [&] { ops::cpu::binary(op, self, o, self, alpha); },
         [&] { ops::cuda::binary(op, self, o, self, alpha); });

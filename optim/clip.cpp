@@ -1,8 +1,8 @@
 // Gradient clipping: per-tensor norms combined on the device, one scale per gradient.
 #include "nabla/optim/clip.h"
 
-#include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/error.h"
@@ -54,16 +54,22 @@ Tensor clip_grad_norm_(const TensorList& params, double max_norm, double norm_ty
   // coefficient = min(1, max_norm / (total + 1e-6)), applied as a device tensor.
   Tensor coef =
       clamp(div(full({}, max_norm, {.dtype = acc, .device = device}), add(total, 1e-6)), std::nullopt, 1.0);
-  // The float32 CUDA gradients whose norm was fused are scaled in one launch per batch too.
-  if (!fused.empty()) {
+  // Each distinct gradient is scaled once (a parameter listed twice shares one), the float32 CUDA
+  // ones whose norm was fused in one launch per batch, so no two blocks write one tensor.
+  std::unordered_set<const void*> seen;
+  TensorList fused_once;
+  for (const Tensor& g : fused) {
+    if (seen.insert(g.impl_ptr().get()).second) fused_once.push_back(g);
+  }
+  if (!fused_once.empty()) {
     dispatch(
-        "clip_grad_norm_", fused.front(), [] {}, [&] { cuda::multi_tensor_scale_(fused, coef); });
+        "clip_grad_norm_", fused_once.front(), [] {}, [&] { cuda::multi_tensor_scale_(fused_once, coef); });
   }
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     Tensor param = p;  // a handle; the gradient it reaches is the shared one
     Tensor& g = param.mutable_grad();
-    if (std::any_of(fused.begin(), fused.end(), [&](const Tensor& f) { return f.is_same(g); })) continue;
+    if (!seen.insert(g.impl_ptr().get()).second) continue;  // fused, or scaled already
     g.mul_(g.dtype() == acc ? coef : coef.to(g.dtype()));
   }
   return total;

@@ -135,8 +135,17 @@ Event::~Event() {
 void Event::record(Stream stream) {
   if constexpr (kHasCuda) {
     if (!handle_) {
+      // An event belongs to the device current at its creation: make that the stream's.
       device_ = stream.device();
-      handle_ = backend::event_create(enable_timing_);
+      const int previous = backend::current_device();
+      if (previous != device_) backend::set_device(device_);
+      try {
+        handle_ = backend::event_create(enable_timing_);
+      } catch (...) {
+        if (previous != device_) backend::set_device(previous);
+        throw;
+      }
+      if (previous != device_) backend::set_device(previous);
     }
     NABLA_CHECK(stream.device() == device_,
                 "Event::record: the event belongs to cuda:{}, the stream to cuda:{}", device_,

@@ -169,7 +169,11 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
     // Conv1D calls linear(x, weight.t())) otherwise kept a transposed gradient and took the
     // per-tensor path: some ten kernels per parameter each step.
     const bool leaf_dense = is_non_overlapping_and_dense(leaf.sizes(), leaf.strides());
-    const bool fits = g.dtype() == leaf.dtype() && (!leaf_dense || g.strides() == leaf.strides());
+    bool same_strides = true;  // over the dims that have them: a size-1 dim's stride is arbitrary
+    for (int64_t d = 0; d < leaf.dim(); ++d) {
+      if (leaf.size(d) > 1 && g.stride(d) != leaf.stride(d)) same_strides = false;
+    }
+    const bool fits = g.dtype() == leaf.dtype() && (!leaf_dense || same_strides);
     // Own the buffer: later backward passes add into it in place, which must not write into
     // memory shared with another tensor (a broadcast gradient, or the caller's root gradient).
     const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage().use_count() == 1 &&
@@ -182,7 +186,8 @@ TensorList AccumulateGrad::apply(TensorList&& grads) {
       grad = ops::alias(flat, leaf.sizes(), leaf.strides(), 0);
       grad.copy_(g);  // converts the dtype in the same pass
     } else {
-      grad = g.to(leaf.dtype()).clone(MemoryFormat::Preserve).detach();
+      grad =
+          g.dtype() == leaf.dtype() ? g.clone(MemoryFormat::Preserve).detach() : g.to(leaf.dtype()).detach();
     }
     for (auto& hook : meta.post_accumulate_hooks) hook(leaf);
     return {};

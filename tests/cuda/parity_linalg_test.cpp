@@ -232,5 +232,33 @@ TEST(CudaParityLinalg, GradientsMatchTheCpu) {
   }
 }
 
+TEST(CudaParityLinalg, SixteenBitLinearBiasGradientsFromTheEpilogueMatchTheCpu) {
+  // ops/linalg.cpp weight_gradient: in float16/bfloat16 (as under autocast) the bias gradient
+  // comes from the weight-gradient product's cuBLASLt epilogue sums, for a row-major weight
+  // (BGRADB) and a column-major one (BGRADA, GPT-2's Conv1D); the reference is float64 on the CPU.
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    for (bool column_major : {false, true}) {
+      const Tensor x0 = random_input({3, 37, 64}, ++seed, dtype),
+                   g = random_input({3, 37, 48}, ++seed, dtype);
+      const Tensor w0 =
+          column_major ? random_input({64, 48}, ++seed, dtype) : random_input({48, 64}, ++seed, dtype);
+      const Tensor b0 = random_input({48}, ++seed, dtype);
+      Tensor w = to_cuda(w0).requires_grad_(true), b = to_cuda(b0).requires_grad_(true);
+      linear(to_cuda(x0), column_major ? w.t() : w, b).backward(to_cuda(g));
+      const Tensor g64 = g.to(kFloat64).reshape({-1, 48}), x64 = x0.to(kFloat64).reshape({-1, 64});
+      const Tensor gw = matmul(g64.t(), x64);  // (48, 64)
+      const std::string what =
+          std::string(dtype_name(dtype)) + (column_major ? " column-major" : " row-major");
+      EXPECT_TRUE(matches_cpu(w.grad(), (column_major ? gw.t() : gw).contiguous().to(dtype),
+                              gemm_tolerance(dtype, 111)))
+          << "weight " << what;
+      EXPECT_TRUE(matches_cpu(b.grad(), g64.sum({0}).to(dtype), gemm_tolerance(dtype, 111)))
+          << "bias " << what;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nabla
