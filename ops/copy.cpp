@@ -159,11 +159,13 @@ void copy_many(const TensorList& dsts, const TensorList& srcs) {
 Tensor to(const Tensor& x, Device device, DType dtype) {
   ops::check_defined("to", x, "self");
   if (x.device() == device && x.dtype() == dtype) return x;
-  // A tensor that is NCHW and NHWC at once keeps its exact strides (a one-channel NHWC tensor
-  // stays NHWC-strided, so convs keep reading it as channels_last); any other gets its
-  // suggested format.
+  // A dense tensor keeps its exact strides, as PyTorch's to() does (MemoryFormat::Preserve): a
+  // transposed weight cast under autocast stays a transposed view of a plain buffer, so the
+  // cast is a straight pass and the matmul's gradient for it comes back in the parameter's
+  // layout (Note [Gradient layout]); a one-channel NHWC tensor stays NHWC-strided, so convs keep
+  // reading it as channels_last. Any other tensor gets its suggested format.
   Tensor out =
-      is_both_formats(x)
+      is_dense(x)
           ? empty_with_layout(x, dtype, device)
           : Tensor::empty(x.sizes(),
                           {.dtype = dtype, .device = device, .memory_format = x.suggest_memory_format()});
