@@ -24,6 +24,7 @@
 #include <initializer_list>
 
 #include "nabla/ops/cuda/common.cuh"
+#include "nabla/ops/cuda/elementwise.cuh"
 #include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/cuda/reduce_layout.h"
 
@@ -56,24 +57,21 @@ inline constexpr int kForwardMaxPerLane = static_cast<int>(128 / (kVec<T> * size
 template <typename T>
 inline constexpr int kBackwardMaxPerLane = static_cast<int>(64 / (kVec<T> * sizeof(opmath_t<T>)));
 
-template <typename T>
-struct alignas(16) Vec16 {
-  T v[kVec<T>];
-};
-
+// One 16-byte vector of T to and from opmath registers (Aligned and load_vector/store_vector of
+// elementwise.cuh, as the other vectorized kernels use).
 template <typename T>
 __device__ __forceinline__ void load_vec(const T* p, opmath_t<T> (&out)[kVec<T>]) {
-  const Vec16<T> in = *reinterpret_cast<const Vec16<T>*>(p);
+  const auto in = load_vector<Aligned<T, kVec<T>>>(p);
 #pragma unroll
   for (int k = 0; k < kVec<T>; ++k) out[k] = load_as_opmath(in.v[k]);
 }
 
 template <typename T>
 __device__ __forceinline__ void store_vec(T* p, const opmath_t<T> (&in)[kVec<T>]) {
-  Vec16<T> out;
+  Aligned<T, kVec<T>> out;
 #pragma unroll
   for (int k = 0; k < kVec<T>; ++k) out.v[k] = store_from<T>(in[k]);
-  *reinterpret_cast<Vec16<T>*>(p) = out;
+  store_vector(p, out);
 }
 
 // Sums v over the blockDim.x lanes of a row group; every lane gets the total.
