@@ -12,6 +12,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cuda/attention_kernels.h"
@@ -99,11 +100,31 @@ Tensor additive_mask(const Tensor& mask, const Tensor& q, const Tensor& k) {
   return m.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
-bool fused_takes(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
-  if (!q.is_cuda() || q.dim() != 4 || o.dropout > 0) return false;
-  if (o.mask.defined() && o.mask.requires_grad() && GradMode::is_enabled()) return false;
-  return ops::dispatch(
+// Why the fused paths cannot take these inputs, or "" when they can.
+std::string fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o) {
+  if (!q.is_cuda()) return "the fused paths are CUDA only";
+  if (q.dim() != 4) return "the fused paths take (B, H, T, D) inputs";
+  if (o.dropout > 0) return "the fused paths take no dropout";
+  if (o.mask.defined() && o.mask.requires_grad() && GradMode::is_enabled()) {
+    return "the fused paths give no gradient for the mask";
+  }
+  const bool ok = ops::dispatch(
       kOp, q, [] { return false; }, [&] { return ops::cuda::flash_attention_supported(q, k, v); });
+  return ok ? "" : "the fused paths take float16/bfloat16 with D == Dv, a multiple of 8 up to 128";
+}
+
+const char* backend_name(AttentionBackend b) {
+  switch (b) {
+    case AttentionBackend::automatic:
+      return "automatic";
+    case AttentionBackend::cudnn:
+      return "cudnn";
+    case AttentionBackend::flash:
+      return "flash";
+    case AttentionBackend::math:
+      return "math";
+  }
+  return "?";
 }
 
 // The last dim must be dense for the kernels; the others may have any strides.
@@ -158,20 +179,56 @@ std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const T
   return out;
 }
 
+// cuDNN's fused attention where the backend allows it and it takes the problem, else the flash
+// kernels (or an error naming cuDNN's reason when cuDNN was asked for). The forward and the
+// backward choose independently: both paths keep the same lse (Note [cuDNN attention]).
+void forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
+                     double scale, AttentionBackend backend, const Tensor& out, const Tensor& lse) {
+  ops::dispatch(
+      kOp, q, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
+      [&] {
+        std::string why = "cuDNN's fused attention here takes no mask";
+        if (backend != AttentionBackend::flash && !mask.defined() &&
+            ops::cuda::cudnn_attention_forward(q, k, v, causal, scale, out, lse, &why)) {
+          return;
+        }
+        NABLA_CHECK(backend != AttentionBackend::cudnn, "{}: backend cudnn cannot take these inputs: {}", kOp,
+                    why);
+        ops::cuda::flash_attention_forward(q, k, v, mask, causal, scale, out, lse);
+      });
+}
+
+void backward_kernels(const Tensor& dout, const TensorList& s, bool causal, double scale,
+                      AttentionBackend backend, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  ops::dispatch(
+      kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
+      [&] {
+        std::string why = "cuDNN's fused attention here takes no mask";
+        if (backend != AttentionBackend::flash && !s[5].defined() &&
+            ops::cuda::cudnn_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], causal, scale, dq, dk, dv,
+                                                &why)) {
+          return;
+        }
+        NABLA_CHECK(backend != AttentionBackend::cudnn, "{}: backend cudnn cannot take these inputs: {}", kOp,
+                    why);
+        ops::cuda::flash_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], s[5], causal, scale, dq, dk,
+                                            dv);
+      });
+}
+
 Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionOptions& o,
                        double scale) {
   const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
   const Tensor mask = additive_mask(o.mask, q, k);
   const bool causal = o.causal;
+  const AttentionBackend backend = o.backend;
   // (B, H, Tq, D), viewed from a (B, Tq, H, D) buffer: Note [Attention layouts].
   Tensor out = Tensor::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options()).transpose(1, 2);
   Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = q.device()});
-  ops::dispatch(
-      kOp, q, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
-      [&] { ops::cuda::flash_attention_forward(q, k, v, mask, causal, scale, out, lse); });
+  forward_kernels(q, k, v, mask, causal, scale, backend, out, lse);
   if (autograd::needs_grad({q_in, k_in, v_in})) {
     autograd::record("ScaledDotProductAttentionBackward", {q_in, k_in, v_in}, {out},
-                     {q, k, v, out, lse, mask}, [causal, scale](BackwardContext& ctx) -> TensorList {
+                     {q, k, v, out, lse, mask}, [causal, scale, backend](BackwardContext& ctx) -> TensorList {
                        const auto& s = ctx.saved;
                        NABLA_CHECK(!GradMode::is_enabled(),
                                    "{}: double backward through the fused kernels is not "
@@ -180,12 +237,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
                        const std::array<Tensor, 3> d = gradient_buffers(s[0], s[1], s[2]);
                        const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
                        const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
-                       ops::dispatch(
-                           kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
-                           [&] {
-                             ops::cuda::flash_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], s[5],
-                                                                 causal, scale, dq, dk, dv);
-                           });
+                       backward_kernels(dout, s, causal, scale, backend, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }
@@ -227,7 +279,11 @@ Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, co
   const auto [q, k, v] = ops::autocast(ops::AutocastCategory::LowerPrecision, {q_arg, k_arg, v_arg});
   check_inputs(q, k, v, options);
   const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  if (fused_takes(q, k, v, options)) return fused_attention(q, k, v, options, scale);
+  if (options.backend == AttentionBackend::math) return math_attention(q, k, v, options, scale);
+  const std::string problem = fused_problem(q, k, v, options);
+  if (problem.empty()) return fused_attention(q, k, v, options, scale);
+  NABLA_CHECK(options.backend == AttentionBackend::automatic, "{}: backend {} cannot take these inputs: {}",
+              kOp, backend_name(options.backend), problem);
   return math_attention(q, k, v, options, scale);
 }
 

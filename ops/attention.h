@@ -14,10 +14,12 @@
 // math path gives.
 //
 // On CUDA, float16 and bfloat16 inputs with head sizes up to 128 run fused, in flash-attention
-// style (ops/cuda/attention.cu): forward and backward never write the (Tq, Tk) scores to memory,
-// so attention adds O(B H T D) to the peak, not O(B H T^2). Other inputs (float32/float64, the
-// CPU, dropout > 0) take the math path, composed of matmul, softmax and dropout, which does keep
-// the scores. docs/design/attention.md describes both paths and their limits.
+// style: forward and backward never write the (Tq, Tk) scores to memory, so attention adds
+// O(B H T D) to the peak, not O(B H T^2). Two fused implementations exist: cuDNN's fused attention
+// (built through its backend graph API; without a mask) and nabla's own kernels
+// (ops/cuda/attention.cu; any mask). Other inputs (float32/float64, the CPU, dropout > 0) take the
+// math path, composed of matmul, softmax and dropout, which does keep the scores.
+// docs/design/attention.md describes the paths and their limits.
 #pragma once
 
 #include <optional>
@@ -27,12 +29,18 @@
 
 namespace nabla {
 
+// Which implementation runs, as PyTorch's sdpa_kernel. automatic: cuDNN's fused attention where
+// it takes the inputs, else nabla's flash kernels where they do, else the math path. The others
+// force one path and fail with the reason when it cannot take the inputs.
+enum class AttentionBackend { automatic, cudnn, flash, math };
+
 struct AttentionOptions {
   bool causal = false;
   Tensor mask = {};                // additive or boolean, broadcastable to (..., Tq, Tk)
   double dropout = 0.0;            // in [0, 1)
   std::optional<double> scale;     // default 1 / sqrt(D)
   Generator* generator = nullptr;  // for dropout; nullptr: the default generator of q's device
+  AttentionBackend backend = AttentionBackend::automatic;
 };
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

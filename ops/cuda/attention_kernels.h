@@ -18,6 +18,8 @@
 // views of a (B, T, 3, H, D) or (B, T, 3C) buffer qualify); otherwise element by element.
 #pragma once
 
+#include <string>
+
 #include "nabla/core/tensor.h"
 
 namespace nabla::ops::cuda {
@@ -35,5 +37,17 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, const Tensor& mask, bool causal,
                               double scale, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+
+// cuDNN's fused attention (attention_cudnn.cpp), for the same shapes and layouts without a mask:
+// builds (once per problem, then cached) a backend graph and runs it. Returns false, with the
+// reason in `why` when given, where cuDNN does not take the problem (an unsupported head size,
+// layout or alignment, or no engine from its heuristics); nothing has been written then. lse is
+// the same as the flash kernels', so either backward can follow either forward.
+bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
+                             const Tensor& out, const Tensor& lse, std::string* why = nullptr);
+bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& out, const Tensor& lse, bool causal, double scale,
+                              const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              std::string* why = nullptr);
 
 }  // namespace nabla::ops::cuda

@@ -6,6 +6,7 @@
 // the CPU in float64, the kernels write strided outputs exactly as contiguous ones, and a memory
 // test shows the fused path adds O(B H T D), not O(B H T^2), to the peak.
 #include <cmath>
+#include <iostream>
 #include <limits>
 
 #include "nabla/core/cuda/memory.h"
@@ -59,30 +60,60 @@ struct Result {
 };
 
 Result run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& dout, const Case& c,
-           const Tensor& mask, DType dtype) {
+           const Tensor& mask, DType dtype, AttentionBackend backend = AttentionBackend::automatic) {
   // Leaves of the computing dtype, so the float32 reference sees the same rounded values.
   const Tensor q = q0.to(dtype).detach().requires_grad_(true);
   const Tensor k = k0.to(dtype).detach().requires_grad_(true);
   const Tensor v = v0.to(dtype).detach().requires_grad_(true);
-  const Tensor y = scaled_dot_product_attention(q, k, v, {.causal = c.causal, .mask = mask});
+  const Tensor y =
+      scaled_dot_product_attention(q, k, v, {.causal = c.causal, .mask = mask, .backend = backend});
   y.backward(dout.to(dtype));
   return {y, q.grad(), k.grad(), v.grad()};
 }
 
-void expect_fused_matches_float32(const Case& c, DType dtype) {
+const char* name(AttentionBackend b) {
+  return b == AttentionBackend::cudnn ? "cudnn" : "flash";
+}
+
+// Whether cuDNN takes the case, forward and backward (it may refuse on some cuDNN versions:
+// attention_cudnn.cpp); the reason when it does not.
+std::string cudnn_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                          bool causal) {
+  const auto empty_like_q = [&] { return Tensor::empty(q.sizes(), q.options()); };
+  const Tensor out = empty_like_q(),
+               lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = kGpu});
+  std::string why;
+  if (!ops::cuda::cudnn_attention_forward(q, k, v, causal, 0.125, out, lse, &why)) return "forward: " + why;
+  const Tensor dq = empty_like_q(), dk = Tensor::empty(k.sizes(), k.options()),
+               dv = Tensor::empty(v.sizes(), v.options());
+  if (!ops::cuda::cudnn_attention_backward(dout, q, k, v, out, lse, causal, 0.125, dq, dk, dv, &why)) {
+    return "backward: " + why;
+  }
+  return "";
+}
+
+void expect_fused_matches_float32(const Case& c, DType dtype, AttentionBackend backend) {
   Fp32Exact exact;
   const uint64_t seed = test_seed() + static_cast<uint64_t>(c.Tq * 131 + c.D + c.mask * 7 + c.causal);
   const Tensor q = make(c, c.Tq, seed, dtype), k = make(c, c.Tk, seed + 1, dtype),
                v = make(c, c.Tk, seed + 2, dtype);
   const Tensor dout = random_input({c.B, c.H, c.Tq, c.D}, seed + 3, kFloat32).to(kGpu, dtype);
   const Tensor mask = make_mask(c, seed + 4);
-  const Result fused = run(q, k, v, dout, c, mask, dtype);
+  if (backend == AttentionBackend::cudnn) {
+    if (mask.defined()) return;  // cuDNN's path takes no mask
+    if (const std::string why = cudnn_refusal(q, k, v, dout, c.causal); !why.empty()) {
+      std::cout << "cuDNN refused B" << c.B << " H" << c.H << " Tq" << c.Tq << " Tk" << c.Tk << " D" << c.D
+                << ": " << why << "\n";
+      return;
+    }
+  }
+  const Result fused = run(q, k, v, dout, c, mask, dtype, backend);
   const Result ref = run(q, k, v, dout, c, mask, kFloat32);
   EXPECT_EQ(fused.y.dtype(), dtype);
   const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
   const std::string what =
-      fmt::format("{} B{} H{} Tq{} Tk{} D{} causal {} mask {} transposed {}", dtype_name(dtype), c.B, c.H,
-                  c.Tq, c.Tk, c.D, c.causal, c.mask, c.transposed);
+      fmt::format("{} {} B{} H{} Tq{} Tk{} D{} causal {} mask {} transposed {}", name(backend),
+                  dtype_name(dtype), c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.mask, c.transposed);
   EXPECT_LT(relative_error(fused.y, ref.y), tol) << what;
   EXPECT_LT(relative_error(fused.dq, ref.dq), 2 * tol) << what << " dq";
   EXPECT_LT(relative_error(fused.dk, ref.dk), 2 * tol) << what << " dk";
@@ -97,8 +128,37 @@ TEST(CudaAttention, FusedMatchesTheFloat32MathPath) {
       {2, 2, 200, 200, 128, true, 2, false}, {2, 2, 65, 65, 128, false, 1, true},
       {1, 4, 256, 256, 64, true, 1, false},  {1, 1, 1, 33, 64, false, 0, false},
   };
-  for (DType dtype : {kFloat16, kBFloat16}) {
-    for (const Case& c : cases) expect_fused_matches_float32(c, dtype);
+  for (AttentionBackend backend : {AttentionBackend::flash, AttentionBackend::cudnn}) {
+    for (DType dtype : {kFloat16, kBFloat16}) {
+      for (const Case& c : cases) expect_fused_matches_float32(c, dtype, backend);
+    }
+  }
+}
+
+// cuDNN must take what a GPT passes (T a multiple of 128, D 64, causal, q, k, v views of one
+// projection, the gradients written into one buffer), and agree with the math path there.
+TEST(CudaAttention, CudnnTakesAndMatchesTheGptShape) {
+  SKIP_WITHOUT_GPU();
+  Fp32Exact exact;
+  const int64_t B = 2, T = 256, H = 4, D = 64, C = H * D;
+  const uint64_t seed = test_seed();
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    const Tensor qkv0 = random_input({B, T, 3 * C}, seed, kFloat32).to(kGpu, dtype);
+    const Tensor dy = random_input({B, T, C}, seed + 1, kFloat32).to(kGpu, dtype);
+    auto run_gpt = [&](DType compute, AttentionBackend backend) {
+      const Tensor qkv = qkv0.to(compute).detach().requires_grad_(true);
+      const TensorList parts = chunk(qkv, 3, -1);
+      auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+      const Tensor y = scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]),
+                                                    {.causal = true, .backend = backend});
+      y.transpose(1, 2).reshape({B, T, C}).backward(dy.to(compute));
+      return std::pair{y, qkv.grad()};
+    };
+    const auto [y, grad] = run_gpt(dtype, AttentionBackend::cudnn);  // throws if cuDNN refuses
+    const auto [y_ref, grad_ref] = run_gpt(kFloat32, AttentionBackend::math);
+    const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
+    EXPECT_LT(relative_error(y, y_ref), tol) << dtype_name(dtype);
+    EXPECT_LT(relative_error(grad, grad_ref), 2 * tol) << dtype_name(dtype);
   }
 }
 
@@ -111,31 +171,35 @@ TEST(CudaAttention, FusedMatchesTheFloat32MathPathOnQkvViews) {
   Fp32Exact exact;
   const int64_t B = 2, T = 200, H = 3, D = 64, C = H * D;  // T is no multiple of the tiles
   const uint64_t seed = test_seed();
-  for (DType dtype : {kBFloat16, kFloat16}) {
-    const Tensor qkv0 = random_input({B, T, 3 * C}, seed, kFloat32).to(kGpu, dtype);
-    const Tensor dy = random_input({B, T, C}, seed + 1, kFloat32).to(kGpu, dtype);
-    auto run_gpt = [&](DType compute) {
-      const Tensor qkv = qkv0.to(compute).detach().requires_grad_(true);  // a leaf, as the projection
-      const TensorList parts = chunk(qkv, 3, -1);
-      auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
-      const Tensor y =
-          scaled_dot_product_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), {.causal = true});
-      y.transpose(1, 2).reshape({B, T, C}).backward(dy.to(compute));
-      return std::pair{y, qkv.grad()};
-    };
-    const auto [y, grad] = run_gpt(dtype);
-    const auto [y_ref, grad_ref] = run_gpt(kFloat32);
-    EXPECT_EQ(y.dtype(), dtype);
-    ASSERT_TRUE(grad.defined());
-    EXPECT_EQ(grad.sizes(), (Shape{B, T, 3 * C}));
-    const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
-    const std::string what =
-        fmt::format("{} qkv views B{} H{} T{} D{} causal", dtype_name(dtype), B, H, T, D);
-    EXPECT_LT(relative_error(y, y_ref), tol) << what;
-    const TensorList g = chunk(grad, 3, -1), g_ref = chunk(grad_ref, 3, -1);
-    const char* names[] = {"dq", "dk", "dv"};
-    for (int i = 0; i < 3; ++i) EXPECT_LT(relative_error(g[i], g_ref[i]), 2 * tol) << what << " " << names[i];
-  }
+  for (AttentionBackend backend : {AttentionBackend::flash, AttentionBackend::automatic})
+    for (DType dtype : {kBFloat16, kFloat16}) {
+      const Tensor qkv0 = random_input({B, T, 3 * C}, seed, kFloat32).to(kGpu, dtype);
+      const Tensor dy = random_input({B, T, C}, seed + 1, kFloat32).to(kGpu, dtype);
+      auto run_gpt = [&](DType compute) {
+        const Tensor qkv = qkv0.to(compute).detach().requires_grad_(true);  // a leaf, as the projection
+        const TensorList parts = chunk(qkv, 3, -1);
+        auto heads = [&](const Tensor& t) { return t.view({B, T, H, D}).transpose(1, 2); };
+        const Tensor y = scaled_dot_product_attention(
+            heads(parts[0]), heads(parts[1]), heads(parts[2]),
+            {.causal = true, .backend = compute == kFloat32 ? AttentionBackend::math : backend});
+        y.transpose(1, 2).reshape({B, T, C}).backward(dy.to(compute));
+        return std::pair{y, qkv.grad()};
+      };
+      const auto [y, grad] = run_gpt(dtype);
+      const auto [y_ref, grad_ref] = run_gpt(kFloat32);
+      EXPECT_EQ(y.dtype(), dtype);
+      ASSERT_TRUE(grad.defined());
+      EXPECT_EQ(grad.sizes(), (Shape{B, T, 3 * C}));
+      const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
+      const std::string what = fmt::format("{} {} qkv views B{} H{} T{} D{} causal",
+                                           backend == AttentionBackend::flash ? "flash" : "automatic",
+                                           dtype_name(dtype), B, H, T, D);
+      EXPECT_LT(relative_error(y, y_ref), tol) << what;
+      const TensorList g = chunk(grad, 3, -1), g_ref = chunk(grad_ref, 3, -1);
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int i = 0; i < 3; ++i)
+        EXPECT_LT(relative_error(g[i], g_ref[i]), 2 * tol) << what << " " << names[i];
+    }
 }
 
 // The kernels themselves with out, dq, dk and dv as strided views, as the front end may pass them:

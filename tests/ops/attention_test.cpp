@@ -159,6 +159,13 @@ TEST(Attention, BadInputsNameWhatIsWrong) {
                      "cannot be broadcast");
   EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.mask = ones({4, 5}, {.dtype = kInt64})}),
                      "bool (true = attend) or floating");
+  // A forced fused backend names itself and why it cannot run; math always can.
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.backend = AttentionBackend::cudnn}),
+                     "backend cudnn", "CUDA only");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, v, {.backend = AttentionBackend::flash}),
+                     "backend flash", "CUDA only");
+  EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.backend = AttentionBackend::math}),
+                        scaled_dot_product_attention(q, k, v), 0, 0));
 }
 
 // ---- rotary embedding ----------------------------------------------------------------------------
