@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "nabla/core/autocast.h"
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/error.h"
 #include "nabla/nn/init.h"
@@ -125,8 +126,27 @@ LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options)
   register_parameter("bias", bias);
 }
 
+namespace {
+
+// The result dtype of a LayerNorm: autocast's lower dtype when asked for and autocast is on for
+// x's device, else layer_norm's default.
+std::optional<DType> output_dtype(const LayerNormOptions& options, const Tensor& x) {
+  if (!options.autocast_output || !x.defined()) return std::nullopt;
+  const autocast::State state = autocast::current();
+  if (state.enabled && state.device_type == x.device().type) return state.dtype;
+  return std::nullopt;
+}
+
+}  // namespace
+
 Tensor LayerNorm::forward(const Tensor& x) {
-  return layer_norm(x, normalized_shape_, weight, bias, {.eps = options_.eps});
+  return layer_norm(x, normalized_shape_, weight, bias,
+                    {.eps = options_.eps, .dtype = output_dtype(options_, x)});
+}
+
+AddNorm LayerNorm::forward_add(const Tensor& x, const Tensor& y) {
+  return add_layer_norm(x, y, normalized_shape_, weight, bias,
+                        {.eps = options_.eps, .dtype = output_dtype(options_, x)});
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, const EmbeddingOptions& options)

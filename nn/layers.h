@@ -86,6 +86,11 @@ class BatchNorm2d : public Module {
 struct LayerNormOptions {
   double eps = 1e-5;
   bool elementwise_affine = true;
+  // Under autocast for the input's device, the result comes in autocast's lower-precision dtype
+  // instead of float32 (layer_norm's dtype option): the same values a linear reading it would
+  // cast to, without the cast. Right for pre-norm blocks, whose output feeds a linear; leave it off
+  // where the output joins a float32 residual stream (post-norm).
+  bool autocast_output = false;
   TensorOptions tensor_options = {};
 };
 // Normalizes over the trailing dims normalized_shape; weight 1 and bias 0 of that shape.
@@ -93,6 +98,9 @@ class LayerNorm : public Module {
  public:
   explicit LayerNorm(Shape normalized_shape, const LayerNormOptions& options = {});
   Tensor forward(const Tensor& x) override;
+  // {x + y, forward(x + y)} through add_layer_norm (ops/norm.h): the residual add and this norm in
+  // one pass each way on CUDA, as a pre-norm transformer chains them.
+  AddNorm forward_add(const Tensor& x, const Tensor& y);
   Tensor weight, bias;
 
  private:

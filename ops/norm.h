@@ -50,18 +50,39 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 // y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
 // have shape normalized_shape and x's dtype, or are undefined. Float16/bfloat16 compute in
 // float32. The result is contiguous.
+// dtype: the result's dtype (default x's, float32 under autocast). A lower precision than x's
+// gives exactly layer_norm(x).to(dtype), forward and backward, in one pass: on CUDA a float32 x
+// with a float16/bfloat16 result is one kernel each way (the cast and its backward vanish), as a
+// pre-norm transformer wants for the linear that reads the result. rms_norm takes it too.
 struct LayerNormOptions {
   double eps = 1e-5;  // added to the variance, > 0
+  std::optional<DType> dtype;
 };
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, LayerNormOptions options = {});
+
+// Residual add, then layer norm: what ends a pre-norm transformer's sub-block and starts the next.
+//   auto [h, z] = add_layer_norm(x, attn_out, {C}, ln.weight, ln.bias);  // h = x + attn_out, z = LN(h)
+// Differentiable in x, y, weight and bias, with the values of `h = x + y; z = layer_norm(h, ...)`
+// (options.dtype applies to z). On CUDA, a float32 x with a float32/float16/bfloat16 y of the same
+// shape, both contiguous, runs as one kernel each way when the rows suit the vectorized layer-norm
+// kernels: the forward writes h and z from one read of x and y, and the backward adds the gradient
+// that reached h directly into the norm's input gradient and writes it for y too, where the
+// composition would run an add, a norm, an accumulation and a cast. Elsewhere it is the composition.
+struct AddNorm {
+  Tensor sum;         // x + y
+  Tensor normalized;  // layer_norm(sum)
+};
+AddNorm add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized_shape,
+                       const Tensor& weight = {}, const Tensor& bias = {}, LayerNormOptions options = {});
 
 // Root-mean-square normalization over the trailing dims, as torch.nn.functional.rms_norm:
 // y = x / sqrt(mean(x^2) + eps) * weight. weight has shape normalized_shape and x's dtype, or is
 // undefined. Float16/bfloat16 compute in float32. It runs on layer norm's kernels without the
 // centring (one fused kernel per pass on each backend).
 struct RMSNormOptions {
-  std::optional<double> eps;  // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
+  std::optional<double> eps;   // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
+  std::optional<DType> dtype;  // the result's dtype, as LayerNormOptions::dtype
 };
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                 RMSNormOptions options = {});

@@ -47,7 +47,11 @@ Tensor GPT2MLP::forward(const Tensor& x) {
   return c_proj(gelu(c_fc(x), {.tanh_approximation = true}));
 }
 
-GPT2Block::GPT2Block(const GPT2Config& c) : ln_1({c.width}), ln_2({c.width}), attn(c), mlp(c) {
+// Pre-norm: each LayerNorm feeds a linear, so under autocast it writes the linear's dtype directly.
+const nn::LayerNormOptions kPreNorm{.autocast_output = true};
+
+GPT2Block::GPT2Block(const GPT2Config& c)
+    : ln_1({c.width}, kPreNorm), ln_2({c.width}, kPreNorm), attn(c), mlp(c) {
   register_modules({{"ln_1", ln_1}, {"attn", attn}, {"ln_2", ln_2}, {"mlp", mlp}});
 }
 
@@ -57,7 +61,7 @@ Tensor GPT2Block::forward(const Tensor& x) {
 }
 
 GPT2Transformer::GPT2Transformer(const GPT2Config& c)
-    : wte(c.vocab, c.width), wpe(c.context, c.width), ln_f({c.width}) {
+    : wte(c.vocab, c.width), wpe(c.context, c.width), ln_f({c.width}, kPreNorm) {
   for (int64_t i = 0; i < c.layers; ++i) h.emplace_back<GPT2Block>(c);
   register_modules({{"wte", wte}, {"wpe", wpe}, {"h", h}, {"ln_f", ln_f}});
 }
@@ -81,8 +85,22 @@ Tensor GPT2::logits(const Tensor& tokens) {
               config.context);
   const Tensor positions = arange(static_cast<double>(T), {.dtype = kInt64, .device = tokens.device()});
   Tensor x = transformer.wte(tokens) + transformer.wpe(positions);  // (B, T, C)
-  for (const auto& block : transformer.h) x = block->forward(x);
-  return lm_head(transformer.ln_f(x));
+  // The blocks' forward, chained so that each residual add runs with the LayerNorm after it
+  // (add_layer_norm): a block's first add feeds its ln_2, its second the next block's ln_1, or
+  // ln_f after the last block. The values are those of block->forward applied in turn.
+  const size_t n = transformer.h.size();
+  auto block = [&](size_t i) -> GPT2Block& { return static_cast<GPT2Block&>(transformer.h[i]); };
+  if (n == 0) return lm_head(transformer.ln_f(x));
+  Tensor z = block(0).ln_1(x);
+  for (size_t i = 0; i < n; ++i) {
+    GPT2Block& b = block(i);
+    const AddNorm mid = b.ln_2.forward_add(x, b.attn(z));
+    LayerNorm& next = i + 1 < n ? block(i + 1).ln_1 : transformer.ln_f;
+    const AddNorm out = next.forward_add(mid.sum, b.mlp(mid.normalized));
+    x = out.sum;
+    z = out.normalized;
+  }
+  return lm_head(z);
 }
 
 Tensor GPT2::loss(const Tensor& tokens, const Tensor& targets) {

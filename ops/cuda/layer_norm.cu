@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 #include "nabla/ops/cuda/common.cuh"
 #include "nabla/ops/cuda/elementwise.cuh"
@@ -57,20 +58,21 @@ inline constexpr int kForwardMaxPerLane = static_cast<int>(128 / (kVec<T> * size
 template <typename T>
 inline constexpr int kBackwardMaxPerLane = static_cast<int>(64 / (kVec<T> * sizeof(opmath_t<T>)));
 
-// One 16-byte vector of T to and from opmath registers (Aligned and load_vector/store_vector of
-// elementwise.cuh, as the other vectorized kernels use).
-template <typename T>
-__device__ __forceinline__ void load_vec(const T* p, opmath_t<T> (&out)[kVec<T>]) {
-  const auto in = load_vector<Aligned<T, kVec<T>>>(p);
+// V elements of T to and from registers of type A (Aligned and load_vector/store_vector of
+// elementwise.cuh, as the other vectorized kernels use). V is the count of x's 16-byte vector; a
+// 16-bit y or dy beside a float32 x moves in 8-byte pieces.
+template <typename T, int V, typename A>
+__device__ __forceinline__ void load_vec(const T* p, A (&out)[V]) {
+  const auto in = load_vector<Aligned<T, V>>(p);
 #pragma unroll
-  for (int k = 0; k < kVec<T>; ++k) out[k] = load_as_opmath(in.v[k]);
+  for (int k = 0; k < V; ++k) out[k] = static_cast<A>(load_as_opmath(in.v[k]));
 }
 
-template <typename T>
-__device__ __forceinline__ void store_vec(T* p, const opmath_t<T> (&in)[kVec<T>]) {
-  Aligned<T, kVec<T>> out;
+template <typename T, int V, typename A>
+__device__ __forceinline__ void store_vec(T* p, const A (&in)[V]) {
+  Aligned<T, V> out;
 #pragma unroll
-  for (int k = 0; k < kVec<T>; ++k) out.v[k] = store_from<T>(in[k]);
+  for (int k = 0; k < V; ++k) out.v[k] = store_from<T>(static_cast<opmath_t<T>>(in[k]));
   store_vector(p, out);
 }
 
@@ -132,11 +134,15 @@ __device__ __forceinline__ void group_sum(A (&v)[N]) {
 // consecutive 16-byte vectors and a lane sees the same columns in every row.
 
 // Three blocks per SM caps registers at 80: ptxas otherwise spills a few bytes at C = 6.
-template <typename T, int C>
+// y may be float16/bfloat16 beside a float32 x (Y): layer_norm's output dtype option. With a
+// residual (add_layer_norm), the row normalized is x + residual (R, of x's dtype or 16-bit beside
+// a float32 x), rounded to T and stored to sum, as the add before the norm would.
+template <typename T, int C, typename Y = T, typename R = T>
 __global__ void __launch_bounds__(kVecThreads, 3)
-    forward_vec_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                       T* __restrict__ y, opmath_t<T>* __restrict__ mean_out,
-                       opmath_t<T>* __restrict__ rstd_out, int64_t rows, int D, double eps, bool centre) {
+    forward_vec_kernel(const T* __restrict__ x, const R* __restrict__ residual, const T* __restrict__ w,
+                       const T* __restrict__ b, Y* __restrict__ y, T* __restrict__ sum,
+                       opmath_t<T>* __restrict__ mean_out, opmath_t<T>* __restrict__ rstd_out, int64_t rows,
+                       int D, double eps, bool centre) {
   using A = opmath_t<T>;
   constexpr int V = kVec<T>;
   const int lanes = static_cast<int>(blockDim.x), nvec = D / V;
@@ -149,6 +155,13 @@ __global__ void __launch_bounds__(kVecThreads, 3)
     const int i = c * lanes + static_cast<int>(threadIdx.x);
     if (active && i < nvec) {
       load_vec(xr + i * V, v[c]);
+      if (residual) {
+        A r[V];
+        load_vec(residual + row * D + i * V, r);
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[c][k] = load_as_opmath(store_from<T>(v[c][k] + r[k]));
+        store_vec(sum + row * D + i * V, v[c]);
+      }
     } else {
 #pragma unroll
       for (int k = 0; k < V; ++k) v[c][k] = A(0);
@@ -212,12 +225,15 @@ __global__ void __launch_bounds__(kVecThreads, 3)
 // (s * gridDim.x + p) * blockDim.y + ty for sweeps s = 0, 1, ...; every thread runs every sweep
 // (idle past the last row) so that group_sum's barriers stay in step. The weight of a lane's
 // columns is loaded once, before the sweeps.
-template <typename T, int C>
+// dy may be float16/bfloat16 beside a float32 x (G), the gradient of a lower-precision output.
+// add_layer_norm's backward: x is the saved sum, dsum (nullable) the gradient that reached the sum
+// directly, added to dx; dresidual (nullable, R) gets the same total in the residual's dtype.
+template <typename T, int C, typename G = T, typename R = T>
 __global__ void __launch_bounds__(kVecThreads, kBackwardBlocksPerSm)
-    backward_vec_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+    backward_vec_kernel(const G* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                         const opmath_t<T>* __restrict__ mean, const opmath_t<T>* __restrict__ rstd,
-                        T* __restrict__ dx, opmath_t<T>* __restrict__ partial, int64_t rows, int D,
-                        bool centre) {
+                        const T* __restrict__ dsum, T* __restrict__ dx, R* __restrict__ dresidual,
+                        opmath_t<T>* __restrict__ partial, int64_t rows, int D, bool centre) {
   using A = opmath_t<T>;
   constexpr int V = kVec<T>;
   const int lanes = static_cast<int>(blockDim.x), nvec = D / V;
@@ -240,7 +256,7 @@ __global__ void __launch_bounds__(kVecThreads, kBackwardBlocksPerSm)
     const int64_t row = s * stride + int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
     const bool active = row < rows;
     const T* xr = x + row * D;
-    const T* dyr = dy + row * D;
+    const G* dyr = dy + row * D;
     A xhat[C][V], g[C][V];  // x, then xhat; dy, then dy * w. Zero in padding slots and idle rows.
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -279,7 +295,14 @@ __global__ void __launch_bounds__(kVecThreads, kBackwardBlocksPerSm)
       A out[V];
 #pragma unroll
       for (int k = 0; k < V; ++k) out[k] = r * (g[c][k] - g_mean - xhat[c][k] * gx_mean);
+      if (dsum) {
+        A direct[V];
+        load_vec(dsum + row * D + i * V, direct);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] = load_as_opmath(store_from<T>(out[k])) + direct[k];
+      }
       store_vec(dx + row * D + i * V, out);
+      if (dresidual) store_vec(dresidual + row * D + i * V, out);
     }
   }
   if (!partial) return;
@@ -519,25 +542,59 @@ void launch_param_sum(const Tensor& partial, int64_t parts, int64_t D, const Ten
   NABLA_CUDA_CHECK_LAUNCH();
 }
 
+// Calls fn.template operator()<Y>() for y's (or dy's) element type: T itself, or float16/bfloat16
+// beside a float32 T.
+template <typename T, typename Fn>
+void with_io_type(DType x_dtype, DType dtype, Fn&& fn) {
+  if (dtype == x_dtype) return fn.template operator()<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (dtype == kBFloat16) return fn.template operator()<__nv_bfloat16>();
+    if (dtype == kFloat16) return fn.template operator()<__half>();
+  }
+  NABLA_ASSERT(false, "layer_norm: output dtype {} beside a {} input", dtype_name(dtype),
+               dtype_name(x_dtype));
+}
+
 }  // namespace
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                        const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind) {
+// Whether a y, dy or residual of `dtype` can sit beside x on the vector kernels.
+bool pairs_with(DType x, DType dtype) {
+  return dtype == x || (x == kFloat32 && (dtype == kBFloat16 || dtype == kFloat16));
+}
+
+bool layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind,
+                        const Tensor& residual, const Tensor& sum) {
   const int64_t rows = x.size(0), D = x.size(1);
-  if (rows == 0 || D == 0) return;
+  const bool mixed = y.dtype() != x.dtype() || residual.defined();
+  if (!pairs_with(x.dtype(), y.dtype())) return false;
+  if (residual.defined() && !pairs_with(x.dtype(), residual.dtype())) return false;
+  if (rows == 0 || D == 0) return true;
   const cudaStream_t stream = stream_for(x);
+  bool ran = true;
   dispatch_device<TypeSet::Floating>(x.dtype(), "layer_norm", [&]<typename T>() {
     using A = opmath_t<T>;
     const VecShape shape = vec_shape_for<T>(
-        D, kForwardMaxPerLane<T>, {x.data_ptr(), ptr<const T>(weight), ptr<const T>(bias), y.data_ptr()});
+        D, kForwardMaxPerLane<T>,
+        {x.data_ptr(), ptr<const T>(weight), ptr<const T>(bias), y.data_ptr(),
+         residual.defined() ? residual.data_ptr() : nullptr, sum.defined() ? sum.data_ptr() : nullptr});
     if (shape.lanes > 0) {
       const dim3 block(shape.lanes, kVecThreads / shape.lanes);
-      with_per_lane<kForwardMaxPerLane<T>>(shape.per_lane, [&]<int C>() {
-        forward_vec_kernel<T, C><<<row_grid(rows, block), block, 0, stream>>>(
-            ptr<const T>(x), ptr<const T>(weight), ptr<const T>(bias), ptr<T>(y), ptr<A>(mean), ptr<A>(rstd),
-            rows, static_cast<int>(D), eps, kind == RowNorm::Layer);
+      with_io_type<T>(x.dtype(), y.dtype(), [&]<typename Y>() {
+        with_io_type<T>(x.dtype(), residual.defined() ? residual.dtype() : x.dtype(), [&]<typename R>() {
+          with_per_lane<kForwardMaxPerLane<T>>(shape.per_lane, [&]<int C>() {
+            forward_vec_kernel<T, C, Y, R><<<row_grid(rows, block), block, 0, stream>>>(
+                ptr<const T>(x), ptr<const R>(residual), ptr<const T>(weight), ptr<const T>(bias), ptr<Y>(y),
+                ptr<T>(sum), ptr<A>(mean), ptr<A>(rstd), rows, static_cast<int>(D), eps,
+                kind == RowNorm::Layer);
+          });
+        });
       });
       NABLA_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    if (mixed) {  // the generic kernels take one dtype
+      ran = false;
       return;
     }
     const dim3 block = row_block(D);
@@ -546,21 +603,28 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
         rows, D, eps, kind == RowNorm::Layer);
     NABLA_CUDA_CHECK_LAUNCH();
   });
+  return ran;
 }
 
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+bool layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         RowNorm kind) {
+                         RowNorm kind, const Tensor& dsum, const Tensor& dresidual) {
   const int64_t rows = x.size(0), D = x.size(1);
-  if (D == 0) return;
+  const bool mixed = dy.dtype() != x.dtype() || dsum.defined() || dresidual.defined();
+  if (!pairs_with(x.dtype(), dy.dtype())) return false;
+  if (dresidual.defined() && !pairs_with(x.dtype(), dresidual.dtype())) return false;
+  if ((dsum.defined() || dresidual.defined()) && !dx.defined()) return false;
+  if (D == 0) return true;
   const cudaStream_t stream = stream_for(x);
   const bool params = dweight.defined() || dbias.defined();
+  bool ran = true;
   dispatch_device<TypeSet::Floating>(x.dtype(), "layer_norm_backward", [&]<typename T>() {
     using A = opmath_t<T>;
     const VecShape shape =
         rows > 0 && (dx.defined() || params)
             ? vec_shape_for<T>(D, kBackwardMaxPerLane<T>,
-                               {dy.data_ptr(), x.data_ptr(), ptr<const T>(weight), ptr<const T>(dx)})
+                               {dy.data_ptr(), x.data_ptr(), ptr<const T>(weight), ptr<const T>(dx),
+                                ptr<const T>(dsum), dresidual.defined() ? dresidual.data_ptr() : nullptr})
             : VecShape{};
     if (shape.lanes > 0) {
       // One block per kVecThreads / lanes rows without parameter gradients; with them, one wave
@@ -570,13 +634,22 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
       const int64_t wave = int64_t{kBackwardBlocksPerSm} * sm_count(x.device().index);
       const int64_t parts = std::min<int64_t>(row_grid(rows, block), params ? wave : int64_t{1} << 31);
       Tensor partial = params ? Tensor::empty({2 * parts * D}, mean.options()) : Tensor();
-      with_per_lane<kBackwardMaxPerLane<T>>(shape.per_lane, [&]<int C>() {
-        backward_vec_kernel<T, C><<<static_cast<unsigned>(parts), block, 0, stream>>>(
-            ptr<const T>(dy), ptr<const T>(x), ptr<const T>(weight), ptr<const A>(mean), ptr<const A>(rstd),
-            ptr<T>(dx), ptr<A>(partial), rows, static_cast<int>(D), kind == RowNorm::Layer);
+      with_io_type<T>(x.dtype(), dy.dtype(), [&]<typename G>() {
+        with_io_type<T>(x.dtype(), dresidual.defined() ? dresidual.dtype() : x.dtype(), [&]<typename R>() {
+          with_per_lane<kBackwardMaxPerLane<T>>(shape.per_lane, [&]<int C>() {
+            backward_vec_kernel<T, C, G, R><<<static_cast<unsigned>(parts), block, 0, stream>>>(
+                ptr<const G>(dy), ptr<const T>(x), ptr<const T>(weight), ptr<const A>(mean),
+                ptr<const A>(rstd), ptr<const T>(dsum), ptr<T>(dx), ptr<R>(dresidual), ptr<A>(partial), rows,
+                static_cast<int>(D), kind == RowNorm::Layer);
+          });
+        });
       });
       NABLA_CUDA_CHECK_LAUNCH();
       if (params) launch_param_sum<T>(partial, parts, D, dweight, dbias, stream);
+      return;
+    }
+    if (mixed) {  // the generic kernels take one dtype
+      ran = false;
       return;
     }
     if (dx.defined() && rows > 0) {
@@ -597,6 +670,7 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     NABLA_CUDA_CHECK_LAUNCH();
     launch_param_sum<T>(partial, parts, D, dweight, dbias, stream);
   });
+  return ran;
 }
 
 }  // namespace nabla::ops::cuda

@@ -76,11 +76,20 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& save
                                const BatchNormGrads& grads);
 
 using RowNorm = cpu::RowNorm;
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+// y (forward) and dy (backward) have x's dtype, or are float16/bfloat16 beside a float32 x (the
+// lower-precision output option of layer_norm). add_layer_norm's residual: the forward normalizes
+// x + residual and writes that sum (x's dtype) too; its backward (x the saved sum) adds dsum, the
+// gradient that reached the sum directly, into dx and writes the total again to dresidual (of the
+// residual's dtype). residual and dresidual have x's dtype or are 16-bit beside float32. These
+// mixed calls run only on the vectorized kernels (D a multiple of 16 bytes, rows 16-byte aligned,
+// not too long): where those do not apply the functions return false and write nothing, and the
+// caller composes or converts. Same-dtype calls without a residual always run and return true.
+bool layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                        RowNorm kind = RowNorm::Layer);
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                        RowNorm kind = RowNorm::Layer, const Tensor& residual = {}, const Tensor& sum = {});
+bool layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
-                         RowNorm kind = RowNorm::Layer);
+                         RowNorm kind = RowNorm::Layer, const Tensor& dsum = {},
+                         const Tensor& dresidual = {});
 
 }  // namespace nabla::ops::cuda

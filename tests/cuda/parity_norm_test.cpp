@@ -420,5 +420,90 @@ TEST(CudaParityLayerNorm, LayerAndRmsNormMatchTheCpuOnShortWarpAndBlockRows) {
   }
 }
 
+// layer_norm's dtype option on the GPU: a float32 input with a 16-bit result equals the norm then
+// the cast, bit for bit, forward and backward: on the vector kernels (D = 768, GPT-2's rows: one
+// kernel each way) and where they do not apply (D = 101, no whole number of 16-byte vectors: the
+// norm in float32, then the cast).
+TEST(CudaParityLayerNorm, DtypeOptionEqualsTheNormThenTheCast) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (const int64_t D : {768, 101}) {
+    for (DType dtype : {kBFloat16, kFloat16}) {
+      for (const bool rms : {false, true}) {
+        const Tensor x0 = (random_values({5, 67, D}, ++seed, kFloat32) + 0.5).to(Device::cuda());
+        const Tensor w0 = random_values({D}, ++seed, kFloat32).to(Device::cuda()),
+                     b0 = random_values({D}, ++seed, kFloat32).to(Device::cuda());
+        const Tensor g = random_values({5, 67, D}, ++seed, kFloat32).to(Device::cuda(), dtype);
+        TensorList results[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          const Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true),
+                       b = b0.detach().requires_grad_(true);
+          const std::optional<DType> out = fused ? std::optional<DType>(dtype) : std::nullopt;
+          Tensor y = rms ? rms_norm(x, {D}, w, {.dtype = out}) : layer_norm(x, {D}, w, b, {.dtype = out});
+          if (!fused) y = y.to(dtype);
+          y.backward(g);
+          results[fused] = {y, x.grad(), w.grad(), rms ? Tensor() : b.grad()};
+        }
+        for (size_t k = 0; k < 4; ++k) {
+          if (!results[0][k].defined()) continue;
+          EXPECT_TRUE(all_close(results[1][k], results[0][k], 0, 0))
+              << "D " << D << " " << dtype_name(dtype) << (rms ? " rms_norm" : " layer_norm") << " output "
+              << k;
+        }
+      }
+    }
+  }
+}
+
+// add_layer_norm's fused kernels against the add then the norm on the same GPU, bit for bit: a
+// float32 x with a float32 or bfloat16 y, a float32 or bfloat16 result, both outputs' gradients
+// used (or only the norm's, as after a transformer's last block), on GPT-2's rows and on rows the
+// vector kernels do not take (D = 101: the composition itself).
+TEST(CudaParityLayerNorm, AddLayerNormEqualsTheAddThenTheNorm) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  const Device gpu = Device::cuda();
+  for (const int64_t D : {768, 101}) {
+    for (DType y_dtype : {kFloat32, kBFloat16}) {
+      for (DType z_dtype : {kFloat32, kBFloat16}) {
+        for (const bool use_sum : {true, false}) {
+          const Tensor x0 = random_values({3, 71, D}, ++seed, kFloat32).to(gpu);
+          const Tensor y0 = random_values({3, 71, D}, ++seed, kFloat32).to(gpu, y_dtype);
+          const Tensor w0 = random_values({D}, ++seed, kFloat32).to(gpu),
+                       b0 = random_values({D}, ++seed, kFloat32).to(gpu);
+          const Tensor gh = random_values({3, 71, D}, ++seed, kFloat32).to(gpu);
+          const Tensor gz = random_values({3, 71, D}, ++seed, kFloat32).to(gpu, z_dtype);
+          TensorList results[2];
+          for (int fused = 0; fused < 2; ++fused) {
+            const Tensor x = x0.detach().requires_grad_(true), y = y0.detach().requires_grad_(true),
+                         w = w0.detach().requires_grad_(true), b = b0.detach().requires_grad_(true);
+            Tensor h, z;
+            if (fused) {
+              const AddNorm r = add_layer_norm(x, y, {D}, w, b, {.dtype = z_dtype});
+              h = r.sum, z = r.normalized;
+            } else {
+              h = x + y;
+              z = layer_norm(h, {D}, w, b, {.dtype = z_dtype});
+            }
+            EXPECT_EQ(z.dtype(), z_dtype);
+            if (use_sum) {
+              autograd::backward({h, z}, {gh, gz});
+            } else {
+              z.backward(gz);
+            }
+            results[fused] = {h, z, x.grad(), y.grad(), w.grad(), b.grad()};
+          }
+          const char* names[6] = {"sum", "norm", "dx", "dy", "dweight", "dbias"};
+          for (size_t k = 0; k < 6; ++k) {
+            EXPECT_TRUE(all_close(results[1][k], results[0][k], 0, 0))
+                << "D " << D << " y " << dtype_name(y_dtype) << " z " << dtype_name(z_dtype) << " use_sum "
+                << use_sum << " " << names[k];
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nabla

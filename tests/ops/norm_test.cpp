@@ -2,6 +2,7 @@
 // and running-stat updates against plain-loop references, in every layout and mode, float64
 // gradcheck of every input, reduced-precision dtypes and the error messages.
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -310,6 +311,64 @@ TEST(LayerNorm, MatchesLoopReferenceOverOneAndTwoTrailingDims) {
           << "no affine " << c.name;
     }
   }
+}
+
+// The dtype option is layer_norm(x).to(dtype) in one op: the same values forward and backward.
+TEST(LayerNorm, DtypeOptionEqualsTheNormThenTheCast) {
+  uint64_t seed = test_seed();
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    for (const bool rms : {false, true}) {
+      const Tensor x0 = random_input({3, 5, 24}, ++seed, kFloat32) + 0.25;
+      const Tensor w0 = random_input({24}, ++seed, kFloat32), b0 = random_input({24}, ++seed, kFloat32);
+      const Tensor g = random_input({3, 5, 24}, ++seed, kFloat32).to(dtype);
+      TensorList results[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        const Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true),
+                     b = b0.detach().requires_grad_(true);
+        const std::optional<DType> out = fused ? std::optional<DType>(dtype) : std::nullopt;
+        Tensor y = rms ? rms_norm(x, {24}, w, {.dtype = out}) : layer_norm(x, {24}, w, b, {.dtype = out});
+        if (!fused) y = y.to(dtype);
+        EXPECT_EQ(y.dtype(), dtype);
+        y.backward(g);
+        results[fused] = {y, x.grad(), w.grad(), rms ? Tensor() : b.grad()};
+      }
+      for (size_t k = 0; k < 4; ++k) {
+        if (!results[0][k].defined()) continue;
+        EXPECT_TRUE(all_close(results[1][k], results[0][k], 0, 0))
+            << dtype_name(dtype) << (rms ? " rms_norm" : " layer_norm") << " output " << k;
+      }
+    }
+  }
+  EXPECT_NABLA_ERROR(layer_norm(random_input({2, 4}, seed, kFloat32), {4}, {}, {}, {.dtype = kInt64}),
+                     "layer_norm", "the result's dtype must be floating");
+}
+
+// add_layer_norm is h = x + y, z = layer_norm(h): values and gradients of both outputs.
+TEST(LayerNorm, AddLayerNormEqualsTheAddThenTheNorm) {
+  uint64_t seed = test_seed();
+  const Tensor x0 = random_input({4, 6, 16}, ++seed, kFloat64),
+               y0 = random_input({4, 6, 16}, ++seed, kFloat64);
+  const Tensor w0 = random_input({16}, ++seed, kFloat64), b0 = random_input({16}, ++seed, kFloat64);
+  const Tensor gh = random_input({4, 6, 16}, ++seed, kFloat64),
+               gz = random_input({4, 6, 16}, ++seed, kFloat64);
+  TensorList results[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    const Tensor x = x0.detach().requires_grad_(true), y = y0.detach().requires_grad_(true),
+                 w = w0.detach().requires_grad_(true), b = b0.detach().requires_grad_(true);
+    Tensor h, z;
+    if (fused) {
+      const AddNorm r = add_layer_norm(x, y, {16}, w, b, {.eps = 1e-4});
+      h = r.sum, z = r.normalized;
+    } else {
+      h = x + y;
+      z = layer_norm(h, {16}, w, b, {.eps = 1e-4});
+    }
+    ((h * gh).sum() + (z * gz).sum()).backward();
+    results[fused] = {h, z, x.grad(), y.grad(), w.grad(), b.grad()};
+  }
+  for (size_t k = 0; k < 6; ++k) EXPECT_TRUE(all_close(results[1][k], results[0][k], 1e-12, 1e-12)) << k;
+  EXPECT_NABLA_ERROR(add_layer_norm(x0, y0, {16}, {}, {}, {.eps = 0}), "add_layer_norm", "eps > 0");
+  EXPECT_NABLA_ERROR(add_layer_norm(x0, Tensor(), {16}), "add_layer_norm");
 }
 
 TEST(LayerNormGrad, PassesFiniteDifferenceCheckForInputWeightAndBias) {
