@@ -41,7 +41,7 @@ Linear::Linear(const LinearOptions& options) : options_(options) {
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  return linear(x, weight, bias);
+  return linear(x, weight, bias, options_.activation);
 }
 
 Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {

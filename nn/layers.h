@@ -12,6 +12,7 @@
 #include "nabla/nn/module.h"
 #include "nabla/ops/conv.h"
 #include "nabla/ops/elementwise.h"
+#include "nabla/ops/linalg.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/pool.h"
 
@@ -22,6 +23,9 @@ struct LinearOptions {
   int64_t out = 0;
   bool bias = true;
   TensorOptions tensor_options = {};  // dtype and device of the parameters
+  // Applied to the output, fused into the product's epilogue on CUDA (linear's activation
+  // argument, ops/linalg.h): Activation::gelu_tanh is gelu(y, {.tanh_approximation = true}).
+  Activation activation = Activation::none;
 };
 // y = x W^T + b over the last dim: (*, in) -> (*, out). weight (out, in) and bias (out) start
 // U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's kaiming_uniform with a = sqrt(5)).

@@ -377,6 +377,11 @@ Tensor gelu(const Tensor& x, GeluOptions options) {
       });
 }
 
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluOptions options) {
+  return fused_backward(options.tanh_approximation ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward,
+                        grad, x, "gelu_backward");
+}
+
 Tensor silu(const Tensor& x) {
   return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", Save::input, [](BackwardContext& c) {
     return TensorList{fused_backward(BinaryOp::SiluBackward, c.grad(), c.saved[0], "silu_backward")};

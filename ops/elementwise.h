@@ -43,6 +43,9 @@ struct GeluOptions {
   bool tanh_approximation = false;  // the "tanh" approximation of PyTorch's approximate='tanh'
 };
 Tensor gelu(const Tensor& x, GeluOptions options = {});
+// grad * gelu'(x), gelu's backward as one op (as PyTorch's aten::gelu_backward); not itself
+// differentiable.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluOptions options = {});
 Tensor silu(const Tensor& x);
 // Bounds are optional; NaN stays NaN.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);

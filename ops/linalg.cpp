@@ -22,6 +22,7 @@
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/elementwise.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
 
@@ -254,12 +255,9 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   return matmul_op("bmm", a, b);
 }
 
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  ops::check_defined("linear", x_in, "x");
-  ops::check_defined("linear", weight_in, "weight");
-  // Autocast: lower precision.
-  const auto [x, weight, bias] =
-      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
+namespace {
+
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   ops::check_same_device("linear", {x, weight, bias});
   check_floating_pair("linear", x, weight);
   NABLA_CHECK(weight.dim() == 2, "linear: expected a 2-d weight (out_features, in_features), got {}",
@@ -273,25 +271,84 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                 "linear: expected a bias of shape [{}] for weight {}, got {}", weight.size(0),
                 describe(weight), describe(bias));
   }
+}
+
+// The gradients of x, weight and bias from g (..., out), the gradient of x @ w^T + b.
+TensorList linear_gradients(const autograd::BackwardContext& ctx, const Tensor& g, const Tensor& x,
+                            const Tensor& w) {
+  Tensor grad_x, grad_w, grad_b;
+  if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
+  if (ctx.needs(1) || ctx.needs(2)) {
+    Tensor g2 = flatten_rows(g);  // (rows, out)
+    if (ctx.needs(1)) std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2));
+    if (ctx.needs(2) && !grad_b.defined()) grad_b = g2.sum({0});
+  }
+  return TensorList{grad_x, grad_w, grad_b};
+}
+
+// gelu_tanh(x @ w^T + b) from cuBLASLt's GELU epilogue, or undefined where it does not apply. The
+// backward takes the saved pre-activation through gelu_backward, then linear's gradients.
+Tensor fused_linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (!x.is_cuda() || !is_reduced_float(x.dtype()) || x.numel() == 0 || x.size(-1) == 0) return {};
+  const bool grad = autograd::needs_grad({x, weight, bias});
+  Shape out_sizes(x.sizes());
+  out_sizes.back() = weight.size(0);
+  Tensor out, pre;
+  {
+    NoGradGuard no_grad;
+    Tensor x2 = flatten_rows(x);
+    out = Tensor::empty({x2.size(0), weight.size(0)}, x.options());
+    if (grad) pre = Tensor::empty(out.sizes(), x.options());
+    const bool ran = ops::dispatch(
+        "linear", x, [] { return false; },
+        [&] {
+          Tensor wt = weight.t();
+          if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
+          if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
+          return ops::cuda::gemm(x2, wt, out, {.bias = bias, .gelu = true, .gelu_input = pre});
+        });
+    if (!ran) return {};
+    out = ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
+    if (grad) pre = ops::alias(pre, out_sizes, contiguous_strides(out_sizes), pre.storage_offset());
+  }
+  if (grad) {
+    autograd::record("LinearGeluBackward", {x, weight, bias}, {out}, /*save=*/{x, weight, pre},
+                     [](autograd::BackwardContext& ctx) {
+                       const Tensor g = gelu_backward(ctx.grad(), ctx.saved[2], {.tanh_approximation = true});
+                       return linear_gradients(ctx, g, ctx.saved[0], ctx.saved[1]);
+                     });
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  ops::check_defined("linear", x_in, "x");
+  ops::check_defined("linear", weight_in, "weight");
+  // Autocast: lower precision.
+  const auto [x, weight, bias] =
+      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
+  check_linear(x, weight, bias);
   Tensor out = linear_forward(x, weight, bias);
   if (autograd::needs_grad({x, weight, bias})) {
     autograd::record("linear", {x, weight, bias}, {out}, /*save=*/{x, weight},
                      [](autograd::BackwardContext& ctx) {
-                       const Tensor& g = ctx.grad();  // (..., out)
-                       const Tensor& x = ctx.saved[0];
-                       const Tensor& w = ctx.saved[1];
-                       Tensor grad_x, grad_w, grad_b;
-                       if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
-                       if (ctx.needs(1) || ctx.needs(2)) {
-                         Tensor g2 = flatten_rows(g);  // (rows, out)
-                         if (ctx.needs(1))
-                           std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2));
-                         if (ctx.needs(2) && !grad_b.defined()) grad_b = g2.sum({0});
-                       }
-                       return TensorList{grad_x, grad_w, grad_b};
+                       return linear_gradients(ctx, ctx.grad(), ctx.saved[0], ctx.saved[1]);
                      });
   }
   return out;
+}
+
+Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Activation activation) {
+  if (activation == Activation::none) return linear(x_in, weight_in, bias_in);
+  ops::check_defined("linear", x_in, "x");
+  ops::check_defined("linear", weight_in, "weight");
+  const auto [x, weight, bias] =
+      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
+  check_linear(x, weight, bias);
+  if (Tensor out = fused_linear_gelu(x, weight, bias); out.defined()) return out;
+  return gelu(linear(x, weight, bias), {.tanh_approximation = true});
 }
 
 }  // namespace nabla

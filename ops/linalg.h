@@ -20,6 +20,14 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor mm(const Tensor& a, const Tensor& b);  // 2-d only
 Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+// linear followed by an activation, with the values of act(linear(x, weight, bias)). On CUDA in
+// float16/bfloat16 the activation runs in cuBLASLt's epilogue (the GELU_AUX epilogues keep the
+// pre-activation for the backward), so the product is written once, activated; elsewhere, and
+// where cuBLASLt offers no such algorithm, it is the composition. The epilogue applies the
+// activation to the float32 sum before rounding, where the composition rounds first: results
+// may differ in the last bit of the 16-bit output.
+enum class Activation { none, gelu_tanh };
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
 
 void set_allow_tf32(bool allow);
 bool allow_tf32();

@@ -20,6 +20,10 @@ Tensor Conv1D::forward(const Tensor& x) {
   return linear(x, weight.t(), bias);  // the (out, in) view of the (in, out) weight: no copy
 }
 
+Tensor Conv1D::forward(const Tensor& x, Activation activation) {
+  return linear(x, weight.t(), bias, activation);
+}
+
 GPT2Attention::GPT2Attention(const GPT2Config& c)
     : c_attn(c.width, 3 * c.width), c_proj(c.width, c.width), heads(c.heads) {
   NABLA_CHECK(c.heads > 0 && c.width % c.heads == 0, "GPT2: width {} must be a positive multiple of heads {}",
@@ -44,7 +48,8 @@ GPT2MLP::GPT2MLP(const GPT2Config& c) : c_fc(c.width, 4 * c.width), c_proj(4 * c
 }
 
 Tensor GPT2MLP::forward(const Tensor& x) {
-  return c_proj(gelu(c_fc(x), {.tanh_approximation = true}));
+  // gelu_tanh(c_fc(x)) in c_fc's product epilogue on CUDA (linear's activation option).
+  return c_proj(c_fc.forward(x, Activation::gelu_tanh));
 }
 
 // Pre-norm: each LayerNorm feeds a linear, so under autocast it writes the linear's dtype directly.

@@ -34,6 +34,7 @@ class Conv1D : public Module {
  public:
   Conv1D(int64_t in, int64_t out);
   Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x, Activation activation);  // act(forward(x)), fused on CUDA
   Tensor weight, bias;
 };
 

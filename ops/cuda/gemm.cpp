@@ -120,6 +120,8 @@ struct Problem {
   bool accumulate;            // beta = 1: D already holds the bias
   void* bias_grad = nullptr;  // BGRADA (sums over k of A's rows) or BGRADB (of B's columns)
   bool bias_grad_of_a = false;
+  bool gelu = false;         // D = gelu_tanh(A B [+ bias])
+  void* gelu_aux = nullptr;  // and the pre-activation A B [+ bias], laid out as D (GELU_AUX)
 };
 
 // The largest power of two (up to 256) dividing every byte offset the call may address first.
@@ -131,7 +133,7 @@ uint32_t alignment(const void* p, int64_t batch, int64_t batch_stride_bytes) {
   return align;
 }
 
-using Key = std::array<int64_t, 24>;
+using Key = std::array<int64_t, 26>;
 
 struct AlgoCache {
   std::mutex mutex;
@@ -163,7 +165,17 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   const cublasOperation_t op_b = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   desc.set(CUBLASLT_MATMUL_DESC_TRANSA, op_a);
   desc.set(CUBLASLT_MATMUL_DESC_TRANSB, op_b);
-  if (p.bias) {
+  if (p.gelu) {
+    const cublasLtEpilogue_t epilogue =
+        p.gelu_aux ? (p.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                   : (p.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (p.bias) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
+    if (p.gelu_aux) {
+      desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.gelu_aux);
+      desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.ldd);
+    }
+  } else if (p.bias) {
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   } else if (p.bias_grad) {
@@ -208,7 +220,9 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
                 p.accumulate,
                 static_cast<int64_t>(workspace.bytes),
                 p.bias_grad != nullptr,
-                p.bias_grad_of_a};
+                p.bias_grad_of_a,
+                p.gelu,
+                p.gelu_aux ? alignment(p.gelu_aux, 1, 0) : 0};
 
   std::optional<cublasLtMatmulAlgo_t> algo;
   {
@@ -233,14 +247,16 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
       int found = 0;
       const cublasStatus_t status = cublaslt_api().cublasLtMatmulAlgoGetHeuristic(
           handle, desc.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found);
-      // A bias-gradient epilogue some versions refuse with another status: the caller sums instead.
-      if (status != CUBLAS_STATUS_NOT_SUPPORTED && p.bias_grad == nullptr) NABLA_CUBLAS_CHECK(status);
+      // A bias-gradient or GELU epilogue some versions refuse with another status: the caller
+      // sums or composes instead.
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED && p.bias_grad == nullptr && !p.gelu)
+        NABLA_CUBLAS_CHECK(status);
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
       cache.algos.emplace(key, algo);
     }
   }
   if (!algo) {
-    NABLA_CHECK(p.bias != nullptr || p.bias_grad != nullptr,
+    NABLA_CHECK(p.bias != nullptr || p.bias_grad != nullptr || p.gelu,
                 "matmul: cuBLASLt has no algorithm for ({} x {}) @ ({} x {}) x {} batches of {} (leading "
                 "dims {}, {}, {})",
                 p.m, p.k, p.k, p.n, p.batch, p.type == CUDA_R_64F ? "float64" : "this dtype", p.lda, p.ldb,
@@ -332,6 +348,13 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
                           sums.is_contiguous() && sums.dtype() == out.dtype() &&
                           sums.numel() == (options.a_row_sums.defined() ? out.size(0) : out.size(1))),
       "gemm: sums {} for a {} product", describe(sums), shape_str(out.sizes()));
+  NABLA_ASSERT(
+      !options.gelu || (out.dim() == 2 && !sums.defined() && is_reduced_float(out.dtype()) &&
+                        (!options.gelu_input.defined() ||
+                         (options.gelu_input.sizes() == out.sizes() && options.gelu_input.is_contiguous() &&
+                          options.gelu_input.dtype() == out.dtype()))),
+      "gemm: a GELU epilogue is for 2-d 16-bit products, its input saved like out");
+  if (options.gelu && (out.numel() == 0 || k == 0)) return false;  // the caller composes
   if (out.numel() == 0) return !sums.defined();
   if (k == 0) {  // an empty sum: zeros, plus the bias
     if (bias.defined()) {
@@ -386,6 +409,15 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
     p.bias_grad_of_a = options.b_column_sums.defined();
   }
   bool sums_written = sums.defined();
+  if (options.gelu) {
+    p.gelu = true;
+    p.gelu_aux = options.gelu_input.defined() ? options.gelu_input.data_ptr() : nullptr;
+    // One 2-d product (no batches): the epilogue's algorithm exists or the caller composes.
+    p.a = b.data_ptr();
+    p.b = a.data_ptr();
+    p.d = out.data_ptr();
+    return run(p, device, stream);
+  }
 
   const Batches batches = collapse_batches(a, b, out);
   int64_t outer = 1;  // batches looped on the host: every batch dim but the innermost collapsed one

@@ -18,13 +18,21 @@ struct GemmOptions {
   // gradient, with no pass of its own over the output gradient). Contiguous, out's dtype.
   Tensor a_row_sums = {};
   Tensor b_column_sums = {};
+  // 2-d products only: out = gelu_tanh(product [+ bias]) from the epilogue (cuBLASLt's GELU is the
+  // tanh approximation). gelu_input, when defined (out's shape, dtype and contiguity), receives
+  // the pre-activation product [+ bias] for the backward (the GELU_AUX epilogues). Float16 and
+  // bfloat16 only. When cuBLASLt has no algorithm with that epilogue nothing is written and gemm
+  // returns false: the caller composes.
+  bool gelu = false;
+  Tensor gelu_input = {};
 };
 
 // out (..., N, M) = a (..., N, K) @ b (..., K, M) [+ bias]. a, b and out share the batch sizes
 // (a and b may be expanded, stride 0) and one floating dtype; a and b pass is_gemm_operand; out
 // is contiguous. float16/bfloat16 accumulate in float32, float64 in float64. Returns false when
 // sums were asked for and cuBLASLt has no algorithm that writes them: the product is then
-// written and the sums are not.
+// written and the sums are not; and when a GELU epilogue was asked for and cuBLASLt has none (then
+// nothing is written).
 bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options = {});
 
 }  // namespace nabla::ops::cuda

@@ -260,5 +260,49 @@ TEST(CudaParityLinalg, SixteenBitLinearBiasGradientsFromTheEpilogueMatchTheCpu) 
   }
 }
 
+// linear's GELU activation: in float16/bfloat16 cuBLASLt's GELU_AUX_BIAS epilogue writes the
+// activation and keeps the pre-activation for the backward (the node must be the fused one, so
+// the epilogue really ran); the reference is gelu_tanh(x w^T + b) and its gradients in float64
+// on the CPU. Float32 takes the composition, equal to linear then gelu on the same GPU.
+TEST(CudaParityLinalg, LinearGeluEpilogueMatchesTheComposition) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat16, kBFloat16, kFloat32}) {
+    for (bool with_bias : {true, false}) {
+      const Tensor x0 = random_input({3, 37, 64}, ++seed, dtype),
+                   g = random_input({3, 37, 48}, ++seed, dtype);
+      const Tensor w0 = random_input({48, 64}, ++seed, dtype), b0 = random_input({48}, ++seed, dtype);
+      Tensor x = to_cuda(x0).requires_grad_(true), w = to_cuda(w0).requires_grad_(true),
+             b = with_bias ? to_cuda(b0).requires_grad_(true) : Tensor();
+      const Tensor y = linear(x, w, b, Activation::gelu_tanh);
+      y.backward(to_cuda(g));
+      const std::string what = std::string(dtype_name(dtype)) + (with_bias ? " with bias" : " without bias");
+      if (dtype == kFloat32) {
+        Tensor xr = to_cuda(x0).requires_grad_(true), wr = to_cuda(w0).requires_grad_(true),
+               br = with_bias ? to_cuda(b0).requires_grad_(true) : Tensor();
+        const Tensor yr = gelu(linear(xr, wr, br), {.tanh_approximation = true});
+        yr.backward(to_cuda(g));
+        EXPECT_TRUE(all_close(y, yr, 0, 0)) << what;
+        EXPECT_TRUE(all_close(x.grad(), xr.grad(), 0, 0)) << what;
+        EXPECT_TRUE(all_close(w.grad(), wr.grad(), 0, 0)) << what;
+        continue;
+      }
+      ASSERT_TRUE(y.grad_fn());
+      EXPECT_EQ(y.grad_fn()->name(), "LinearGeluBackward") << what;
+      Tensor x64 = x0.to(kFloat64).requires_grad_(true), w64 = w0.to(kFloat64).requires_grad_(true),
+             b64 = with_bias ? b0.to(kFloat64).requires_grad_(true) : Tensor();
+      const Tensor y64 = gelu(linear(x64, w64, b64), {.tanh_approximation = true});
+      y64.backward(g.to(kFloat64));
+      const Tolerance tol = gemm_tolerance(dtype, 64);
+      EXPECT_TRUE(matches_cpu(y, y64.to(dtype), tol)) << "y " << what;
+      EXPECT_TRUE(matches_cpu(x.grad(), x64.grad().to(dtype), gemm_tolerance(dtype, 111))) << "dx " << what;
+      EXPECT_TRUE(matches_cpu(w.grad(), w64.grad().to(dtype), gemm_tolerance(dtype, 111))) << "dw " << what;
+      if (with_bias) {
+        EXPECT_TRUE(matches_cpu(b.grad(), b64.grad().to(dtype), gemm_tolerance(dtype, 111))) << "db " << what;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace nabla

@@ -236,6 +236,35 @@ TEST(Linalg, MatmulBackwardWithCreateGraphGivesSecondDerivatives) {
   EXPECT_TRUE(all_close(a.grad(), expected, 1e-10, 1e-10));
 }
 
+// linear with an activation is act(linear(...)) (on the CPU, the composition itself), and
+// gelu_backward is gelu's derivative: both against float64 autograd of the composition.
+TEST(Linalg, LinearGeluEqualsTheCompositionAndGeluBackwardIsItsDerivative) {
+  uint64_t seed = test_seed();
+  const Tensor x0 = random_input({2, 5, 7}, ++seed, kFloat64), w0 = random_input({3, 7}, ++seed, kFloat64),
+               b0 = random_input({3}, ++seed, kFloat64), g = random_input({2, 5, 3}, ++seed, kFloat64);
+  TensorList results[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    const Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true),
+                 b = b0.detach().requires_grad_(true);
+    const Tensor y =
+        fused ? linear(x, w, b, Activation::gelu_tanh) : gelu(linear(x, w, b), {.tanh_approximation = true});
+    y.backward(g);
+    results[fused] = {y, x.grad(), w.grad(), b.grad()};
+  }
+  for (size_t k = 0; k < 4; ++k) EXPECT_TRUE(all_close(results[1][k], results[0][k], 1e-12, 1e-12)) << k;
+  for (const bool tanh : {false, true}) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    gelu(x, {.tanh_approximation = tanh}).backward(x0 * 0.5 + 1.0);
+    EXPECT_TRUE(
+        all_close(gelu_backward(x0 * 0.5 + 1.0, x0, {.tanh_approximation = tanh}), x.grad(), 1e-12, 1e-12))
+        << "tanh " << tanh;
+  }
+  nn::Linear fc({.in = 7, .out = 3, .activation = Activation::gelu_tanh});
+  EXPECT_TRUE(all_close(fc(x0.to(kFloat32)),
+                        gelu(linear(x0.to(kFloat32), fc.weight, fc.bias), {.tanh_approximation = true}), 0,
+                        0));
+}
+
 TEST(Linalg, ShapeMismatchErrorsNameBothShapes) {
   Tensor a = random_input({2, 3}, test_seed()), b = random_input({4, 5}, test_seed() + 1);
   EXPECT_NABLA_ERROR(matmul(a, b), "matmul", "[2, 3]", "[4, 5]", "3 columns", "4 rows");
