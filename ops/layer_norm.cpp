@@ -166,6 +166,43 @@ namespace {
 // input), weight, mean and 1 / std; the backward gets dh (the gradient that reached h directly,
 // zeros if none) and dz, and one kernel writes dx = dh + layer_norm_backward(dz) and dy, the same
 // values in y's dtype, with the parameter gradients.
+// add_layer_norm's backward: dx = dh + the norm's input gradient from dz, dy the same in y's
+// dtype, and the parameter gradients. One kernel where the vector kernels take the rows (the
+// forward's may take longer rows than the backward's, and an incoming gradient may be
+// misaligned); otherwise the norm's own backward, then the add and the cast.
+TensorList add_layer_norm_backward(BackwardContext& ctx, const Shape& normalized_shape, DType y_dtype,
+                                   int64_t rows, int64_t D) {
+  NABLA_CHECK(!GradMode::is_enabled(), "add_layer_norm: double backward is not supported");
+  const auto& s = ctx.saved;
+  const Tensor &sum = s[0], &weight = s[1];
+  const Tensor dh = ctx.grads[0].contiguous(), dz = ctx.grads[1].contiguous();
+  const auto& needs = ctx.needs_input_grad;
+  Tensor dx = Tensor::empty(sum.sizes(), sum.options());
+  Tensor dy = needs[1] && y_dtype != kFloat32
+                  ? Tensor::empty(sum.sizes(), {.dtype = y_dtype, .device = sum.device()})
+                  : Tensor();
+  Tensor dweight = needs[2] ? Tensor::empty(weight.sizes(), weight.options()) : Tensor();
+  Tensor dbias = needs[3] ? Tensor::empty(normalized_shape, sum.options()) : Tensor();
+  auto rows_of = [&](const Tensor& t) { return t.defined() ? t.view({rows, D}) : t; };
+  auto flat = [&](const Tensor& t) { return t.defined() ? t.view({D}) : t; };
+  ops::dispatch(
+      "add_layer_norm_backward", sum, [] { NABLA_ASSERT(false, "add_layer_norm's fused path is CUDA only"); },
+      [&] {
+        if (ops::cuda::layer_norm_backward(rows_of(dz), rows_of(sum), flat(weight), s[2], s[3], rows_of(dx),
+                                           flat(dweight), flat(dbias), RowNorm::Layer, rows_of(dh),
+                                           rows_of(dy))) {
+          return;
+        }
+        const Tensor dz32 = dz.to(kFloat32).contiguous();  // same-dtype calls always run
+        ops::cuda::layer_norm_backward(rows_of(dz32), rows_of(sum), flat(weight), s[2], s[3], rows_of(dx),
+                                       flat(dweight), flat(dbias), RowNorm::Layer);
+        dx.add_(dh);
+        if (dy.defined()) dy.copy_(dx);
+      });
+  if (needs[1] && !dy.defined()) dy = dx;  // float32 y: the same gradient, as AddBackward gives
+  return {needs[0] ? dx : Tensor(), needs[1] ? dy : Tensor(), dweight, dbias};
+}
+
 std::optional<AddNorm> fused_add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized_shape,
                                             const Tensor& weight, const Tensor& bias, double eps,
                                             DType z_dtype) {
@@ -174,7 +211,9 @@ std::optional<AddNorm> fused_add_layer_norm(const Tensor& x, const Tensor& y, co
     return std::nullopt;
   }
   for (const Tensor* p : {&weight, &bias}) {
-    if (p->defined() && (p->dtype() != kFloat32 || !p->is_contiguous())) return std::nullopt;
+    if (p->defined() && (p->dtype() != kFloat32 || !p->is_contiguous() || p->device() != x.device())) {
+      return std::nullopt;  // the composition names what is wrong
+    }
   }
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   if (k == 0 || x.dim() < k) return std::nullopt;
@@ -199,34 +238,10 @@ std::optional<AddNorm> fused_add_layer_norm(const Tensor& x, const Tensor& y, co
       });
   if (!ran) return std::nullopt;
   if (autograd::needs_grad({x, y, weight, bias})) {
-    const DType y_dtype = y.dtype();
-    autograd::record(
-        "AddLayerNormBackward", {x, y, weight, bias}, {h, z}, {h, weight, mean, rstd},
-        [normalized_shape, y_dtype, rows, D](BackwardContext& ctx) -> TensorList {
-          NABLA_CHECK(!GradMode::is_enabled(), "add_layer_norm: double backward is not supported");
-          const auto& s = ctx.saved;
-          const Tensor &sum = s[0], &weight = s[1];
-          const Tensor dh = ctx.grads[0].contiguous(), dz = ctx.grads[1].contiguous();
-          const auto& needs = ctx.needs_input_grad;
-          Tensor dx = Tensor::empty(sum.sizes(), sum.options());
-          Tensor dy = needs[1] && y_dtype != kFloat32
-                          ? Tensor::empty(sum.sizes(), {.dtype = y_dtype, .device = sum.device()})
-                          : Tensor();
-          Tensor dweight = needs[2] ? Tensor::empty(weight.sizes(), weight.options()) : Tensor();
-          Tensor dbias = needs[3] ? Tensor::empty(normalized_shape, sum.options()) : Tensor();
-          auto flat = [&](const Tensor& t) { return t.defined() ? t.view({D}) : t; };
-          const bool ran = ops::dispatch(
-              "add_layer_norm_backward", sum, [] { return false; },
-              [&] {
-                return ops::cuda::layer_norm_backward(dz.view({rows, D}), sum.view({rows, D}), flat(weight),
-                                                      s[2], s[3], dx.view({rows, D}), flat(dweight),
-                                                      flat(dbias), RowNorm::Layer, dh.view({rows, D}),
-                                                      dy.defined() ? dy.view({rows, D}) : dy);
-              });
-          NABLA_ASSERT(ran, "add_layer_norm: the backward kernel refused what the forward took");
-          if (needs[1] && !dy.defined()) dy = dx;  // float32 y: the same gradient
-          return {needs[0] ? dx : Tensor(), needs[1] ? dy : Tensor(), dweight, dbias};
-        });
+    autograd::record("AddLayerNormBackward", {x, y, weight, bias}, {h, z}, {h, weight, mean, rstd},
+                     [normalized_shape, y_dtype = y.dtype(), rows, D](BackwardContext& ctx) {
+                       return add_layer_norm_backward(ctx, normalized_shape, y_dtype, rows, D);
+                     });
   }
   return AddNorm{h, z};
 }

@@ -314,6 +314,11 @@ Tensor fused_linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (grad) {
     autograd::record("LinearGeluBackward", {x, weight, bias}, {out}, /*save=*/{x, weight, pre},
                      [](autograd::BackwardContext& ctx) {
+                       // The saved pre-activation has no history, so a second derivative would
+                       // miss gelu'' terms: refuse rather than drop them.
+                       NABLA_CHECK(!GradMode::is_enabled(),
+                                   "linear with a GELU activation: double backward through the fused "
+                                   "epilogue is not supported; use gelu(linear(...)) for create_graph");
                        const Tensor g = gelu_backward(ctx.grad(), ctx.saved[2], {.tanh_approximation = true});
                        return linear_gradients(ctx, g, ctx.saved[0], ctx.saved[1]);
                      });

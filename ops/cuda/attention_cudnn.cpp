@@ -16,7 +16,7 @@
 // are read and written in place.
 //
 // Building a plan (heuristics, sometimes a runtime compilation) costs milliseconds to seconds,
-// so plans are cached per problem (dtype, shapes, strides, causal, device); so is a refusal,
+// so plans are cached per thread and problem (dtype, shapes, strides, causal, device); so is a refusal,
 // whose reason the caller reports when cuDNN was asked for by name. Running a plan takes its
 // workspace from the caching allocator and never synchronizes.
 #include <algorithm>
@@ -25,12 +25,14 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
+#include "nabla/core/cuda/check.h"
 #include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/handles.h"
+#include "nabla/core/cuda/stream.h"
+#include "nabla/core/error.h"
 #include "nabla/ops/conv.h"
 #include "nabla/ops/cuda/attention_kernels.h"
 #include "nabla/ops/cuda/cudnn_graph.h"
@@ -83,8 +85,8 @@ cudnnDataType_t io_type(const Tensor& t) {
 std::string layout_problem(const Tensor& t, const char* name) {
   if (t.stride(-1) != 1) return std::string(name) + " has a last stride other than 1";
   for (int64_t d = 0; d + 1 < t.dim(); ++d) {
-    if (t.size(d) > 1 && t.stride(d) % 8 != 0) {
-      return std::string(name) + " has a stride that is not a multiple of 8 elements";
+    if (t.size(d) > 1 && (t.stride(d) <= 0 || t.stride(d) % 8 != 0)) {
+      return std::string(name) + " has a stride that is not a positive multiple of 8 elements";
     }
   }
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 != 0)
@@ -236,21 +238,27 @@ std::optional<Plan> backward_plan(const Tensor& dout, const Tensor& q, const Ten
   return g.plan(nabla::cuda::cudnn_handle(), why);
 }
 
-// A cache of plans (or of the reason there is none) per problem.
+// A cache of plans (or of the reason there is none) per problem. Per thread, as PyTorch's and
+// ONNX Runtime's are: cuDNN does not promise that one execution plan may run on two threads at
+// once, and each thread runs with its own handle (nabla::cuda::cudnn_handle), the one its plans
+// were built with. The key's first element tells the forward's entries from the backward's.
 struct Entry {
   std::optional<Plan> plan;
   std::string why;
 };
 
 std::shared_ptr<const Entry> cached(std::vector<int64_t> key, const auto& build) {
-  static std::mutex mutex;
-  static auto* cache = new std::map<std::vector<int64_t>, std::shared_ptr<const Entry>>();
-  std::lock_guard lock(mutex);
-  auto it = cache->find(key);
-  if (it != cache->end()) return it->second;
+  thread_local std::map<std::vector<int64_t>, std::shared_ptr<const Entry>> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
   auto entry = std::make_shared<Entry>();
-  entry->plan = build(&entry->why);
-  return cache->emplace(std::move(key), std::move(entry)).first->second;
+  try {
+    entry->plan = build(&entry->why);
+  } catch (const Error& e) {  // a descriptor cuDNN rejects: a refusal like any other
+    entry->plan.reset();
+    entry->why = e.what();
+  }
+  return cache.emplace(std::move(key), std::move(entry)).first->second;
 }
 
 void append(std::vector<int64_t>& key, const Tensor& t) {
@@ -337,6 +345,12 @@ bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   if (!deterministic) {
     uids.push_back(kDqSum);
     pointers.push_back(base + delta_bytes);
+    // cudnn-frontend zeroes the dq sum itself before cuDNN 9.6; later engines do it.
+    if (cudnnGetVersion() < 90600) {
+      NABLA_CUDA_CHECK(
+          cudaMemsetAsync(base + delta_bytes, 0, static_cast<size_t>(dq_sum_bytes),
+                          static_cast<cudaStream_t>(nabla::cuda::current_stream(q.device().index).handle())));
+    }
   }
   entry->plan->execute(nabla::cuda::cudnn_handle(), uids, pointers, base + delta_bytes + dq_sum_bytes);
   return true;

@@ -183,7 +183,7 @@ void Graph::reduction(cudnnReduceTensorOp_t op_kind, int64_t x, int64_t y) {
   operations_.push_back(std::move(op));
 }
 
-std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) const {
+std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) {
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> ops;
   for (const Descriptor& op : operations_) ops.push_back(op.get());
@@ -236,7 +236,14 @@ std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) const {
                                    &engine_raw) == CUDNN_STATUS_SUCCESS) {
         cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
       }
-      return Plan(std::move(plan), workspace, "cuDNN engine " + std::to_string(index));
+      std::vector<Descriptor> keep;
+      keep.push_back(std::move(configs[static_cast<size_t>(i)]));
+      keep.push_back(std::move(graph));
+      for (Descriptor& d : operations_) keep.push_back(std::move(d));
+      for (Descriptor& d : settings_) keep.push_back(std::move(d));
+      for (Entry& e : tensors_) keep.push_back(std::move(e.desc));
+      operations_.clear(), settings_.clear(), tensors_.clear();
+      return Plan(std::move(plan), std::move(keep), workspace, "cuDNN engine " + std::to_string(index));
     }
     if (got == 0)
       reasons += std::string(" heuristics mode ") + (mode == CUDNN_HEUR_MODE_A ? "A" : "fallback") +

@@ -14,7 +14,7 @@
 //   const int64_t s = g.virtual_tensor(score_dims);
 //   g.matmul(kQ, kKt, s);
 //   std::string why;
-//   std::optional<Plan> plan = g.plan(handle, &why);
+//   std::optional<Plan> plan = g.plan(handle, &why);  // g is spent
 #pragma once
 
 #include <cudnn.h>
@@ -58,8 +58,11 @@ class Descriptor {
 // A finalized execution plan.
 class Plan {
  public:
-  Plan(Descriptor plan, int64_t workspace_bytes, std::string engine)
-      : plan_(std::move(plan)), workspace_bytes_(workspace_bytes), engine_(std::move(engine)) {}
+  Plan(Descriptor plan, std::vector<Descriptor> keep, int64_t workspace_bytes, std::string engine)
+      : plan_(std::move(plan)),
+        keep_(std::move(keep)),
+        workspace_bytes_(workspace_bytes),
+        engine_(std::move(engine)) {}
   int64_t workspace_bytes() const { return workspace_bytes_; }
   const std::string& engine() const { return engine_; }  // for messages and the profiler
   // pointers[i] is the data of uids[i]: device memory, or a host scalar for a by-value tensor.
@@ -68,6 +71,9 @@ class Plan {
 
  private:
   Descriptor plan_;
+  // The engine configuration, operation graph, operations and tensors the plan was made from,
+  // kept alive beside it as cudnn-frontend keeps them.
+  std::vector<Descriptor> keep_;
   int64_t workspace_bytes_;
   std::string engine_;
 };
@@ -105,8 +111,9 @@ class Graph {
   void reshape(int64_t x, int64_t y);  // y views x's elements with its own dims and strides
 
   // The first engine configuration (heuristics mode A, then the fallback list) that finalizes.
-  // Returns nullopt and says why in `why` when none does.
-  std::optional<Plan> plan(cudnnHandle_t handle, std::string* why) const;
+  // Returns nullopt and says why in `why` when none does. A graph makes one plan: a plan takes
+  // the graph's descriptors with it.
+  std::optional<Plan> plan(cudnnHandle_t handle, std::string* why);
 
   static constexpr int64_t kFirstVirtualUid = 1000;
 

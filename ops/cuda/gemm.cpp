@@ -354,7 +354,10 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
                          (options.gelu_input.sizes() == out.sizes() && options.gelu_input.is_contiguous() &&
                           options.gelu_input.dtype() == out.dtype()))),
       "gemm: a GELU epilogue is for 2-d 16-bit products, its input saved like out");
-  if (options.gelu && (out.numel() == 0 || k == 0)) return false;  // the caller composes
+  // The caller composes: an empty product, or an aux (pre-activation) buffer whose leading
+  // dimension (out's columns) cuBLASLt's GELU_AUX epilogues do not take (a multiple of 8).
+  if (options.gelu && (out.numel() == 0 || k == 0 || (options.gelu_input.defined() && m % 8 != 0)))
+    return false;
   if (out.numel() == 0) return !sums.defined();
   if (k == 0) {  // an empty sum: zeros, plus the bias
     if (bias.defined()) {

@@ -136,11 +136,11 @@ __device__ __forceinline__ void group_sum(A (&v)[N]) {
 // Three blocks per SM caps registers at 80: ptxas otherwise spills a few bytes at C = 6.
 // y may be float16/bfloat16 beside a float32 x (Y): layer_norm's output dtype option. With a
 // residual (add_layer_norm), the row normalized is x + residual (R, of x's dtype or 16-bit beside
-// a float32 x), rounded to T and stored to sum, as the add before the norm would.
+// a float32 x), rounded to T and stored to sum_out, as the add before the norm would.
 template <typename T, int C, typename Y = T, typename R = T>
 __global__ void __launch_bounds__(kVecThreads, 3)
     forward_vec_kernel(const T* __restrict__ x, const R* __restrict__ residual, const T* __restrict__ w,
-                       const T* __restrict__ b, Y* __restrict__ y, T* __restrict__ sum,
+                       const T* __restrict__ b, Y* __restrict__ y, T* __restrict__ sum_out,
                        opmath_t<T>* __restrict__ mean_out, opmath_t<T>* __restrict__ rstd_out, int64_t rows,
                        int D, double eps, bool centre) {
   using A = opmath_t<T>;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kVecThreads, 3)
         load_vec(residual + row * D + i * V, r);
 #pragma unroll
         for (int k = 0; k < V; ++k) v[c][k] = load_as_opmath(store_from<T>(v[c][k] + r[k]));
-        store_vec(sum + row * D + i * V, v[c]);
+        store_vec(sum_out + row * D + i * V, v[c]);
       }
     } else {
 #pragma unroll
@@ -555,12 +555,12 @@ void with_io_type(DType x_dtype, DType dtype, Fn&& fn) {
                dtype_name(x_dtype));
 }
 
-}  // namespace
-
 // Whether a y, dy or residual of `dtype` can sit beside x on the vector kernels.
 bool pairs_with(DType x, DType dtype) {
   return dtype == x || (x == kFloat32 && (dtype == kBFloat16 || dtype == kFloat16));
 }
+
+}  // namespace
 
 bool layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind,

@@ -457,13 +457,14 @@ TEST(CudaParityLayerNorm, DtypeOptionEqualsTheNormThenTheCast) {
 
 // add_layer_norm's fused kernels against the add then the norm on the same GPU, bit for bit: a
 // float32 x with a float32 or bfloat16 y, a float32 or bfloat16 result, both outputs' gradients
-// used (or only the norm's, as after a transformer's last block), on GPT-2's rows and on rows the
-// vector kernels do not take (D = 101: the composition itself).
+// used (or only the norm's, as after a transformer's last block), on GPT-2's rows, on rows the
+// vector kernels do not take (D = 101: the composition itself) and on rows only the forward's
+// vector kernel takes (D = 6144: the backward composes).
 TEST(CudaParityLayerNorm, AddLayerNormEqualsTheAddThenTheNorm) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
   const Device gpu = Device::cuda();
-  for (const int64_t D : {768, 101}) {
+  for (const int64_t D : {768, 101, 6144}) {
     for (DType y_dtype : {kFloat32, kBFloat16}) {
       for (DType z_dtype : {kFloat32, kBFloat16}) {
         for (const bool use_sum : {true, false}) {
