@@ -204,8 +204,12 @@ void GradScaler::update() {
   const Tensor grow = ge(counted, static_cast<double>(options_.growth_interval));
   const Tensor grown = scale_ * options_.growth_factor;
   const Tensor kept = where(le(grown, static_cast<double>(std::numeric_limits<float>::max())), grown, scale_);
-  scale_ = where(found, scale_ * options_.backoff_factor, where(grow, kept, scale_));
-  tracker_ = where(grow, zero, counted);
+  const Tensor next_scale = where(found, scale_ * options_.backoff_factor, where(grow, kept, scale_));
+  const Tensor next_tracker = where(grow, zero, counted);
+  // In place: a CUDA graph that captured this step reads and writes these very buffers on every
+  // replay (a new tensor here would leave the graph updating a copy nobody reads).
+  scale_.copy_(next_scale);
+  tracker_.copy_(next_tracker);
 }
 
 bool GradScaler::found_inf() {
@@ -273,9 +277,9 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
               o.growth_interval, tracker);
   options_ = o;
   initial_tracker_ = tracker;
-  if (scale_.defined()) {  // keep the device; the next scale() would move it anyway
-    scale_ = full({}, o.init_scale, {.dtype = kFloat32, .device = scale_.device()});
-    tracker_ = full({}, tracker, {.dtype = kFloat32, .device = scale_.device()});
+  if (scale_.defined()) {  // in place, on its device (a captured step reads these buffers)
+    scale_.fill_(o.init_scale);
+    tracker_.fill_(tracker);
   }
   per_optimizer_.clear();
   last_found_ = Tensor();

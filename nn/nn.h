@@ -4,6 +4,7 @@
 #include "nabla/nn/attention.h"
 #include "nabla/nn/checkpoint.h"
 #include "nabla/nn/containers.h"
+#include "nabla/nn/graphed_step.h"
 #include "nabla/nn/init.h"
 #include "nabla/nn/layers.h"
 #include "nabla/nn/models/gpt2.h"

@@ -119,7 +119,8 @@ Tensor rand(const Shape& sizes, const TensorOptions& options, Generator* generat
   NABLA_CHECK(is_floating(options.dtype), "rand: expected a floating dtype, got {}",
               dtype_name(options.dtype));
   int lanes = options.dtype == kFloat64 ? 2 : 1;
-  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), lanes));
+  PhiloxState state =
+      pick(generator, options.device).reserve(blocks_for(numel_of(sizes), lanes), options.device);
   return make_filled(sizes, options, [&](const Tensor& t) {
     return ops::dispatch(
         "uniform", t, [&] { return ops::cpu::uniform(flat_view(t), state, 0.0, 1.0); },
@@ -130,7 +131,7 @@ Tensor rand(const Shape& sizes, const TensorOptions& options, Generator* generat
 Tensor randn(const Shape& sizes, const TensorOptions& options, Generator* generator) {
   NABLA_CHECK(is_floating(options.dtype), "randn: expected a floating dtype, got {}",
               dtype_name(options.dtype));
-  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
+  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1), options.device);
   return make_filled(sizes, options, [&](const Tensor& t) {
     return ops::dispatch(
         "normal", t, [&] { return ops::cpu::normal(flat_view(t), state, 0.0, 1.0); },
@@ -142,7 +143,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, const TensorOption
                Generator* generator) {
   NABLA_CHECK(low < high, "randint: expected low < high, got low={} and high={}", low, high);
   NABLA_CHECK(options.dtype != kBool, "randint: dtype bool is not supported");
-  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 2));
+  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 2), options.device);
   return make_filled(sizes, options, [&](const Tensor& t) {
     return ops::dispatch(
         "randint", t, [&] { return ops::cpu::randint(flat_view(t), state, low, high); },
@@ -152,7 +153,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& sizes, const TensorOption
 
 Tensor bernoulli(const Shape& sizes, double p, const TensorOptions& options, Generator* generator) {
   NABLA_CHECK(p >= 0.0 && p <= 1.0, "bernoulli: expected a probability p in [0, 1], got {}", p);
-  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1));
+  PhiloxState state = pick(generator, options.device).reserve(blocks_for(numel_of(sizes), 1), options.device);
   return make_filled(sizes, options, [&](const Tensor& t) {
     return ops::dispatch(
         "bernoulli", t, [&] { return ops::cpu::bernoulli(flat_view(t), state, p); },

@@ -1,6 +1,8 @@
 // Adam and AdamW: per tensor with ordinary ops, or one fused launch for the group's eligible
-// CUDA tensors. The per-parameter step count lives in the state as a 0-d CPU tensor, so the
-// bias corrections are host scalars and nothing synchronizes with the device.
+// CUDA tensors. A fused parameter's step count lives in its state as a 0-d float32 tensor on its
+// device, which the kernel reads and increments (so a CUDA graph replays the bias corrections
+// right, and a step the GradScaler skips does not count); an unfused one's is a 0-d float64 CPU
+// tensor, and its bias corrections are host scalars. Neither synchronizes with the device.
 #include "nabla/optim/adam.h"
 
 #include <cmath>
@@ -42,14 +44,37 @@ AdamW::AdamW(std::vector<ParamGroup> groups, AdamWOptions options)
 AdamW::AdamW(TensorList params, AdamWOptions options) : AdamW(one_group(std::move(params)), options) {}
 
 void Adam::step() {
+  update(Tensor());
+}
+
+bool Adam::step_unless(const Tensor& found_inf) {
+  if (!found_inf.is_cuda()) return false;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& param = groups_[g].params[i];
+      if (!param.grad().defined()) continue;
+      auto& st = state(g, i);
+      const auto at = [&](const char* name) {
+        auto it = st.find(name);
+        return it == st.end() ? Tensor() : it->second;
+      };
+      if (param.device() != found_inf.device() ||
+          !fusable(param, {param.grad(), at("exp_avg"), at("exp_avg_sq"), at("max_exp_avg_sq")}))
+        return false;
+    }
+  }
+  update(found_inf);
+  return true;
+}
+
+void Adam::update(const Tensor& skip_if) {
   NoGradGuard no_grad;
-  ++step_;
+  begin_step();
   const double beta1 = options_.beta1, beta2 = options_.beta2, eps = options_.eps;
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
     const double lr = *group.lr, wd = *group.weight_decay;
-    TensorList f_params, f_grads, f_avg, f_avg_sq, f_max;
-    std::vector<int64_t> f_steps;
+    TensorList f_params, f_grads, f_avg, f_avg_sq, f_max, f_steps;
     for (size_t i = 0; i < group.params.size(); ++i) {
       Tensor& param = group.params[i];
       const Tensor& grad = param.grad();
@@ -63,19 +88,31 @@ void Adam::step() {
         st["exp_avg_sq"] = zeros_in_layout();
         if (options_.amsgrad) st["max_exp_avg_sq"] = zeros_in_layout();
       }
-      const auto t = static_cast<int64_t>(st["step"].item<double>()) + 1;
-      st["step"] = detail::scalar_tensor(static_cast<double>(t));
       Tensor exp_avg = st["exp_avg"], exp_avg_sq = st["exp_avg_sq"];
       Tensor max_sq = options_.amsgrad ? st["max_exp_avg_sq"] : Tensor();
       if (fusable(param, {grad, exp_avg, exp_avg_sq, max_sq})) {
+        // The fused kernel keeps the count on the device (float32, as PyTorch's fused Adam):
+        // a count from a checkpoint or a new state moves there once.
+        Tensor& count = st["step"];
+        if (!count.is_cuda() || count.device() != param.device() || count.dtype() != kFloat32)
+          count = count.to(param.device(), kFloat32).clone();
         f_params.push_back(param);
         f_grads.push_back(grad);
         f_avg.push_back(exp_avg);
         f_avg_sq.push_back(exp_avg_sq);
         f_max.push_back(max_sq);
-        f_steps.push_back(t);
+        f_steps.push_back(count);
         continue;
       }
+      // step_unless took this path only after checking every tensor is fused.
+      NABLA_ASSERT(!skip_if.defined());
+      refuse_capture(
+          "Adam",
+          "a parameter outside the fused CUDA update takes its step count and learning rate from the host");
+      Tensor& count = st["step"];
+      if (count.is_cuda()) count = count.cpu().to(kFloat64);
+      const auto t = static_cast<int64_t>(count.item<double>()) + 1;
+      count = detail::scalar_tensor(static_cast<double>(t));
       Tensor grad_used = grad;
       if (wd != 0.0) {
         if (decoupled_weight_decay_) {
@@ -100,13 +137,14 @@ void Adam::step() {
     if (!f_params.empty()) {
       run_fused("Adam", f_params.front(), [&] {
         cuda::multi_tensor_adam(f_params, f_grads, f_avg, f_avg_sq, f_max, f_steps,
-                                {.lr = lr,
+                                {.lr = device_lr(g, f_params.front().device()),
                                  .beta1 = beta1,
                                  .beta2 = beta2,
                                  .eps = eps,
                                  .weight_decay = wd,
                                  .decoupled_weight_decay = decoupled_weight_decay_,
-                                 .amsgrad = options_.amsgrad});
+                                 .amsgrad = options_.amsgrad,
+                                 .skip_if = skip_if});
       });
     }
   }

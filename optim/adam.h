@@ -32,12 +32,16 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions options);
   Adam(TensorList params, AdamOptions options);
   void step() override;
+  // On the device when every gradient takes the fused CUDA update (float32, dense, the
+  // parameter's layout, on found_inf's device): a skipped step changes no state, step counts included.
+  bool step_unless(const Tensor& found_inf) override;
   const AdamOptions& options() const { return options_; }
 
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, const char* name);
 
  private:
+  void update(const Tensor& skip_if);
   AdamOptions options_;
   bool decoupled_weight_decay_ = false;
 };

@@ -21,7 +21,8 @@ LARS::LARS(TensorList params, LarsOptions options) : LARS(one_group(std::move(pa
 
 void LARS::step() {
   NoGradGuard no_grad;
-  ++step_;
+  refuse_capture("LARS", "its update takes the learning rate and trust ratios through host scalars");
+  begin_step();
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
     const double lr = *group.lr, momentum = *group.momentum;

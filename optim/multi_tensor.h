@@ -18,8 +18,11 @@ namespace nabla::optim::cuda {
 
 bool multi_tensor_eligible(const Tensor& param, const TensorList& grad_and_state);
 
+// The learning rate is read from device memory (a 1-element float32 tensor on the parameters'
+// device, Optimizer::device_lr), so a captured update replays with the current one.
 struct SgdStep {
-  double lr, weight_decay, momentum, dampening;
+  Tensor lr;
+  double weight_decay, momentum, dampening;
   bool nesterov;
   Tensor skip_if = {};  // defined: a 1-element float32 flag; nothing is written while it is nonzero or NaN
 };
@@ -28,14 +31,17 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
                       const std::vector<bool>& first, const SgdStep& step);
 
 struct AdamStep {
-  double lr, beta1, beta2, eps, weight_decay;
+  Tensor lr;  // 1 float32 element on the parameters' device, as SgdStep's
+  double beta1, beta2, eps, weight_decay;
   bool decoupled_weight_decay, amsgrad;
+  Tensor skip_if = {};  // as SgdStep's: nothing is written (steps included) while it is set
 };
-// steps[i]: the step number of tensor i after this update (1 on the first). max_exp_avg_sqs
-// is used only with amsgrad.
+// steps[i]: tensor i's step count, a 0-d float32 tensor on its device that this update reads
+// (its bias corrections use count + 1) and then increments, so the host never computes them and
+// a captured update replays correctly. max_exp_avg_sqs is used only with amsgrad.
 void multi_tensor_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                        const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
-                       const std::vector<int64_t>& steps, const AdamStep& step);
+                       const TensorList& steps, const AdamStep& step);
 
 // The sum of squares of all elements of `tensors` (each float32, dense, on one CUDA
 // device) as a 0-d float32 tensor on that device: one launch per batch of tensors writes

@@ -1,7 +1,12 @@
 // The Optimizer base: group defaults, zero_grad and the tensor state dict.
 #include "nabla/optim/optimizer.h"
 
+#include <cmath>
+#include <limits>
+
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/cuda/graph.h"
+#include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
 #include "nabla/ops/factory.h"
 
@@ -46,7 +51,7 @@ std::vector<ParamGroup> param_groups(const std::vector<std::pair<std::string, Te
 }
 
 Optimizer::Optimizer(std::vector<ParamGroup> groups, Defaults defaults, const char* name)
-    : groups_(std::move(groups)) {
+    : groups_(std::move(groups)), name_(name) {
   NABLA_CHECK(!groups_.empty(), "{}: needs at least one parameter group", name);
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
@@ -65,6 +70,63 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, Defaults defaults, const ch
                 *group.momentum, g);
     state_.emplace_back(group.params.size());
   }
+  device_lrs_.resize(groups_.size());
+}
+
+void Optimizer::begin_step() {
+  if (!cuda::is_capturing()) {
+    ++step_;
+    write_device_lrs();
+    return;
+  }
+  // Captured: the graph holds weight decay and momentum as kernel arguments.
+  std::vector<std::pair<double, double>> captured;
+  for (const auto& group : groups_) captured.emplace_back(*group.weight_decay, *group.momentum);
+  cuda::on_replay([this, captured] {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto& group = groups_[g];
+      NABLA_CHECK(*group.weight_decay == captured[g].first && *group.momentum == captured[g].second,
+                  "{}: group {} changed weight_decay/momentum from ({}, {}) to ({}, {}) after its step was "
+                  "captured into a CUDA graph, which holds them as constants; only lr may change between "
+                  "replays (capture the step again to change the others)",
+                  name_, g, captured[g].first, captured[g].second, *group.weight_decay, *group.momentum);
+    }
+    ++step_;
+    write_device_lrs();
+  });
+}
+
+void Optimizer::write_device_lrs() {
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    DeviceLr& lr = device_lrs_[g];
+    // Equal values need no launch (NaN, never written, never compares equal).
+    if (!lr.value.defined() || lr.written == *groups_[g].lr) continue;
+    lr.value.fill_(*groups_[g].lr);
+    lr.written = *groups_[g].lr;
+  }
+}
+
+const Tensor& Optimizer::device_lr(size_t group, Device device) {
+  DeviceLr& lr = device_lrs_[group];
+  if (lr.value.defined() && lr.value.device() == device) return lr.value;
+  lr.written = std::numeric_limits<double>::quiet_NaN();
+  if (cuda::is_capturing()) {
+    // The replay hook writes it (a fill here would be recorded with today's rate), so it must
+    // not share a block with the graph's scratch (cuda::allocate_outside_capture).
+    const cuda::StreamGuard side(cuda::stream_from_pool(device.index));
+    lr.value = empty({1}, {.dtype = kFloat32, .device = device});
+  } else {
+    lr.value = empty({1}, {.dtype = kFloat32, .device = device});
+    write_device_lrs();
+  }
+  return lr.value;
+}
+
+void Optimizer::refuse_capture(const char* what, const char* why) {
+  NABLA_CHECK(!cuda::is_capturing(),
+              "{} cannot be captured into a CUDA graph: {}. Step it outside the graph, or use parameters "
+              "the fused CUDA update takes (dense float32 on one device)",
+              what, why);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -86,9 +86,32 @@ class Optimizer {
   // The state of parameter `index` of group `group` (empty until its first update).
   std::map<std::string, Tensor>& state(size_t group, size_t index) { return state_[group][index]; }
 
+  // The host's part of one step, which every step() and step_unless() starts with: counts the
+  // step and writes changed learning rates to their device copies (device_lr). Eagerly it runs
+  // at once; in a CUDA graph capture it runs before every replay instead (Note [Per-step values
+  // in a CUDA graph] in core/cuda/graph.h), and fails the replay, naming it, if a hyper-parameter
+  // the graph holds as a constant (weight_decay, momentum) has changed since the capture.
+  void begin_step();
+  // Group g's learning rate as a 1-element float32 tensor on `device`, which fused kernels read:
+  // a replayed graph then sees the rate a scheduler set. Eagerly it holds *lr when created and
+  // after each begin_step().
+  const Tensor& device_lr(size_t group, Device device);
+  // For updates with ordinary ops, whose scalars a graph would freeze: a clear error while
+  // capturing, naming `what` and `why` (the fused updates take device scalars and may be captured).
+  static void refuse_capture(const char* what, const char* why);
+
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::map<std::string, Tensor>>> state_;
   int64_t step_ = 0;
+
+ private:
+  struct DeviceLr {
+    Tensor value;        // 1-element float32
+    double written = 0;  // what the host last wrote to it (NaN: nothing yet)
+  };
+  void write_device_lrs();
+  const char* name_;
+  std::vector<DeviceLr> device_lrs_;  // per group (undefined until a fused update asks)
 };
 
 namespace detail {

@@ -49,7 +49,7 @@ bool SGD::step_unless(const Tensor& found_inf) {
 
 void SGD::update(const Tensor& skip_if) {
   NoGradGuard no_grad;
-  ++step_;
+  begin_step();
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];
     const double lr = *group.lr, wd = *group.weight_decay, momentum = *group.momentum;
@@ -79,6 +79,8 @@ void SGD::update(const Tensor& skip_if) {
       // step_unless took this path only after checking every tensor is fused, so the skip is
       // never lost on an unfused one.
       NABLA_ASSERT(!skip_if.defined());
+      refuse_capture("SGD",
+                     "a parameter outside the fused CUDA update would take the learning rate as a constant");
       Tensor d_p = grad;
       if (wd != 0.0) d_p = add(d_p, param, wd);
       if (momentum != 0.0) {
@@ -95,7 +97,7 @@ void SGD::update(const Tensor& skip_if) {
     if (!fused_params.empty()) {
       run_fused("SGD", fused_params.front(), [&] {
         cuda::multi_tensor_sgd(fused_params, fused_grads, fused_buffers, fused_first,
-                               {.lr = lr,
+                               {.lr = device_lr(g, fused_params.front().device()),
                                 .weight_decay = wd,
                                 .momentum = momentum,
                                 .dampening = options_.dampening,

@@ -2,6 +2,10 @@
 // (and of bench/pytorch/nabla_bench_torch.py infer, which --compare-pytorch runs):
 //
 //   nabla-bench infer --batch-sizes 16,32,64,256 --amp off,fp16 --channels-last --compare-pytorch
+//   nabla-bench infer --batch-sizes 16,32,64 --amp fp16 --channels-last --cuda-graph --compare-pytorch
+//
+// --cuda-graph captures one forward after the warm-up and times its replays; --compare-pytorch
+// then also runs the script under torch.compile(mode="reduce-overhead"), PyTorch's CUDA graphs.
 //
 // One row per (amp, layout, batch): a random batch, the model in eval mode under NoGradGuard,
 // `--warmup` untimed forwards (cuDNN autotuning), then `--iters` forwards (or as many as fit in
@@ -22,6 +26,7 @@
 #include <memory>
 #include <numeric>
 
+#include "nabla/core/cuda/graph.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
@@ -44,7 +49,9 @@ struct InferBenchOptions {
   int iters = 50;
   double seconds = 0;  // > 0: run timed forwards for this long instead of --iters
   double memory_fraction = 0;
+  bool cuda_graph = false;  // capture one forward after the warm-up and time its replays
   TorchOptions torch;
+  bool torch_compile = true;  // with --compare-pytorch, also torch.compile(mode="reduce-overhead")
   std::string json_path;
 };
 
@@ -61,6 +68,15 @@ nlohmann::json infer_one(const InferBenchOptions& o, nn::Module& model, int64_t 
   for (int i = 0; i < o.warmup; ++i) forward();
   cuda::synchronize();
   cuda::reset_peak_memory_stats();
+  // --cuda-graph: one forward captured (after the warm-up settled cuDNN's choices), then each
+  // timed iteration is one replay: no host work per layer.
+  cuda::Graph graph;
+  if (o.cuda_graph) {
+    graph.capture_begin();
+    Tensor captured = forward();
+    graph.capture_end();
+    (void)captured;  // its memory stays in the graph's pool, rewritten by every replay
+  }
 
   const cuda::Stream stream = cuda::current_stream();
   cuda::Event begin(/*enable_timing=*/true), end(/*enable_timing=*/true);
@@ -72,7 +88,11 @@ nlohmann::json infer_one(const InferBenchOptions& o, nn::Module& model, int64_t 
   while (times_ms.empty() ||
          (o.seconds > 0 ? elapsed() < o.seconds : static_cast<int>(times_ms.size()) < o.iters)) {
     begin.record(stream);
-    Tensor y = forward();
+    if (o.cuda_graph) {
+      graph.replay(stream);
+    } else {
+      Tensor y = forward();
+    }
     end.record(stream);
     end.synchronize();  // latency: this forward is done before the next starts (see the top note)
     times_ms.push_back(begin.elapsed_ms(end));
@@ -96,7 +116,8 @@ nlohmann::json infer_one(const InferBenchOptions& o, nn::Module& model, int64_t 
           {"img_s_wall", static_cast<double>(batch) * n / wall},
           {"peak_alloc_GiB", gib(cuda::max_memory_allocated())},
           {"peak_reserved_GiB", gib(cuda::max_memory_reserved())},
-          {"memory_fraction", o.memory_fraction}};
+          {"memory_fraction", o.memory_fraction},
+          {"cuda_graph", o.cuda_graph}};
 }
 
 std::vector<std::string> torch_args(const InferBenchOptions& o, const std::vector<std::string>& layouts) {
@@ -120,13 +141,17 @@ std::vector<std::string> torch_args(const InferBenchOptions& o, const std::vecto
   return args;
 }
 
-void print_infer_table(const InferBenchOptions& o, const std::vector<nlohmann::json>& rows, bool with_torch) {
+void print_infer_table(const InferBenchOptions& o, const std::vector<nlohmann::json>& rows, bool with_torch,
+                       bool with_compile) {
   std::vector<std::string> headers = {"amp",    "layout", "batch",          "median ms",
                                       "p90 ms", "img/s",  "peak alloc GiB", "peak reserved GiB"};
   if (with_torch) {
     for (const char* h :
          {"torch median ms", "torch img/s", "img/s ratio", "torch reserved GiB", "reserved ratio"})
       headers.emplace_back(h);
+  }
+  if (with_compile) {
+    for (const char* h : {"graphs median ms", "img/s ratio vs graphs"}) headers.emplace_back(h);
   }
   Table table(headers);
   for (const auto& row : rows) {
@@ -145,12 +170,19 @@ void print_infer_table(const InferBenchOptions& o, const std::vector<nlohmann::j
       cells.push_back(format_number(number_at(row, "torch_peak_reserved_GiB"), 2));
       cells.push_back(format_number(number_at(row, "ratio_peak_reserved_GiB"), 3));
     }
+    if (with_compile) {
+      cells.push_back(format_number(number_at(row, "compile_median_ms"), 3));
+      cells.push_back(format_number(number_at(row, "compile_ratio_img_s"), 3));
+    }
     table.add_row(std::move(cells));
   }
-  std::printf("\n%s inference (eval, no grad), %d warm-up forwards, %s%s\n%s", o.arch.c_str(), o.warmup,
+  std::printf("\n%s inference (eval, no grad), %d warm-up forwards, %s%s%s%s\n%s", o.arch.c_str(), o.warmup,
               o.seconds > 0 ? fmt::format("{} s of timed forwards", o.seconds).c_str()
                             : fmt::format("{} timed forwards", o.iters).c_str(),
-              with_torch ? "; ratio = nabla / PyTorch" : "", table.render().c_str());
+              o.cuda_graph ? ", nabla replays a CUDA graph" : "",
+              with_torch ? "; ratio = nabla / PyTorch" : "",
+              with_compile ? " (eager; \"graphs\" = torch.compile(mode=\"reduce-overhead\"))" : "",
+              table.render().c_str());
 }
 
 void run_infer(const InferBenchOptions& o) {
@@ -194,7 +226,7 @@ void run_infer(const InferBenchOptions& o) {
     }
   }
 
-  bool with_torch = false;
+  bool with_torch = false, with_compile = false;
   if (o.torch.enabled) {
     if (o.seconds > 0) {
       std::printf("PyTorch comparison skipped: the PyTorch script counts --iters, not --seconds\n");
@@ -206,10 +238,22 @@ void run_infer(const InferBenchOptions& o) {
         attach_torch_rows(rows, torch.rows, {"arch", "batch", "amp", "layout"},
                           {"img_s", "median_ms", "peak_reserved_GiB"});
         with_torch = true;
+        if (o.torch_compile) {
+          auto args = torch_args(o, layouts);
+          args.insert(args.end(), {"--compile-mode", "reduce-overhead"});
+          auto compiled = run_torch_script(o.torch, args);
+          if (!compiled.skipped.empty()) {
+            std::printf("torch.compile comparison skipped: %s\n", compiled.skipped.c_str());
+          } else {
+            attach_torch_rows(rows, compiled.rows, {"arch", "batch", "amp", "layout"}, {"img_s", "median_ms"},
+                              "compile");
+            with_compile = true;
+          }
+        }
       }
     }
   }
-  print_infer_table(o, rows, with_torch);
+  print_infer_table(o, rows, with_torch, with_compile);
   write_json_rows(o.json_path, rows);
 }
 
@@ -239,7 +283,12 @@ void add_infer_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   add_memory_fraction_flag(cmd, o->memory_fraction);
+  cmd->add_flag("--cuda-graph", o->cuda_graph,
+                "Capture one forward into a CUDA graph after the warm-up and time its replays");
   add_torch_flags(cmd, o->torch);
+  cmd->add_flag(
+      "!--no-torch-compile", o->torch_compile,
+      "With --compare-pytorch, skip the torch.compile(mode=\"reduce-overhead\") run (PyTorch's CUDA graphs)");
   cmd->add_option("--json", o->json_path, "Also write the rows as a JSON list to this file");
   cmd->callback([o] { run_infer(*o); });
 }

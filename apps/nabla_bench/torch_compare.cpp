@@ -107,14 +107,16 @@ TorchComparison run_torch_script(const TorchOptions& options, const std::vector<
 }
 
 void attach_torch_rows(std::vector<nlohmann::json>& nabla_rows, const std::vector<nlohmann::json>& torch_rows,
-                       const std::vector<std::string>& match_keys, const std::vector<std::string>& metrics) {
+                       const std::vector<std::string>& match_keys, const std::vector<std::string>& metrics,
+                       const std::string& prefix) {
+  const std::string ratio_prefix = prefix == "torch" ? "ratio_" : prefix + "_ratio_";
   for (auto& row : nabla_rows) {
     const nlohmann::json* torch = find_row(torch_rows, row, match_keys);
     for (const auto& metric : metrics) {
       auto theirs = torch ? number_at(*torch, metric) : std::nullopt;
       auto r = ratio(number_at(row, metric), theirs);
-      row["torch_" + metric] = theirs ? nlohmann::json(*theirs) : nlohmann::json(nullptr);
-      row["ratio_" + metric] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
+      row[prefix + "_" + metric] = theirs ? nlohmann::json(*theirs) : nlohmann::json(nullptr);
+      row[ratio_prefix + metric] = r ? nlohmann::json(*r) : nlohmann::json(nullptr);
     }
   }
 }

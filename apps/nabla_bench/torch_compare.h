@@ -44,8 +44,10 @@ TorchComparison run_torch_script(const TorchOptions& options, const std::vector<
                                  const std::string& name = kTorchScript);
 
 // For each nabla row, finds the PyTorch row with equal values under `match_keys` and stores, for
-// each metric m, "torch_<m>" and "ratio_<m>" (nabla / PyTorch; null where either is missing).
+// each metric m, "<prefix>_<m>" and "ratio_<m>" (nabla / PyTorch; null where either is
+// missing), or with another prefix than "torch", "<prefix>_ratio_<m>" (torch.compile's rows).
 void attach_torch_rows(std::vector<nlohmann::json>& nabla_rows, const std::vector<nlohmann::json>& torch_rows,
-                       const std::vector<std::string>& match_keys, const std::vector<std::string>& metrics);
+                       const std::vector<std::string>& match_keys, const std::vector<std::string>& metrics,
+                       const std::string& prefix = "torch");
 
 }  // namespace nabla::bench

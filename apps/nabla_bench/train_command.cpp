@@ -6,6 +6,7 @@
 //   nabla-bench train --arch resnet50 --batch-size 256 --amp fp16 --channels-last
 //   nabla-bench train --amp fp16 --channels-last --nproc-per-node 2     # DDP over NCCL
 //   nabla-bench train --amp off,fp16,bf16 --layout nchw,channels-last --compare-pytorch
+//   nabla-bench train --amp fp16 --channels-last --cuda-graph --compare-pytorch
 //
 // Comma lists in --amp and --layout give one row per combination, each on a fresh model with an
 // emptied cache and its own peak memory (counted over the timed steps); a table of all rows comes
@@ -61,7 +62,9 @@ struct TrainBenchOptions {
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   double memory_fraction = 0;
+  bool cuda_graph = false;  // capture the step once and replay it (nn::make_graphed_step)
   TorchOptions torch;
+  bool torch_compile = true;  // with --compare-pytorch, also torch.compile's rows
   std::string json_path;
 };
 
@@ -89,28 +92,50 @@ class Trainer {
         opt_(model_->parameters(), {.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4}),
         scaler_(scaler_options(config, dist)),
         autocast_on_(config.amp != "off"),
-        low_(autocast_dtype_of(config.amp)) {
+        low_(autocast_dtype_of(config.amp)),
+        graphed_(nn::make_graphed_step(
+            [this](const Tensor& x, const Tensor& y) { return eager_step(x, y, nullptr); },
+            {.warmup = kGraphWarmup,
+             .enabled = o.cuda_graph,
+             // The synthetic batch is one tensor reused every step.
+             .adopt_inputs = o.data_dir.empty()})) {
     if (dist.group)
       ddp_ = std::make_unique<distributed::DistributedDataParallel>(
           *model_, *dist.group, distributed::DdpOptions{.bucket_cap_mb = o.bucket_mb});
   }
 
+  // --cuda-graph: eager steps before the one that captures.
+  static constexpr int kGraphWarmup = 3;
+
   MemoryFormat format() const { return format_; }
   const Tensor& loss() const { return loss_; }
+  const nn::GraphedStep& graphed() const { return graphed_; }
 
-  // One training step. Tagged for --memory-report: what forward allocates counts as activations,
-  // what backward allocates (gradients and its temporaries) as gradients.
+  // One training step: through the graph with --cuda-graph (which runs the first steps
+  // eagerly, then captures and replays), else eagerly with the phase marks.
   void step(const Tensor& x, const Tensor& y, PhaseTimer* timer) {
+    if (timer == nullptr) {
+      loss_ = graphed_(x, y);
+    } else {
+      loss_ = eager_step(x, y, timer);
+    }
+  }
+
+ private:
+  // Tagged for --memory-report: what forward allocates counts as activations, what backward
+  // allocates (gradients and its temporaries) as gradients.
+  Tensor eager_step(const Tensor& x, const Tensor& y, PhaseTimer* timer) {
+    Tensor loss;
     opt_.zero_grad();
     {
       MemoryCategoryScope tag(MemoryCategory::activations);
       amp::Autocast autocast(device_, low_, autocast_on_);
-      loss_ = cross_entropy(ddp_ ? (*ddp_)(x) : model_->forward(x), y);
+      loss = cross_entropy(ddp_ ? (*ddp_)(x) : model_->forward(x), y);
     }
     if (timer) timer->mark();
     {
       MemoryCategoryScope tag(MemoryCategory::gradients);
-      scaler_.scale(loss_).backward();
+      scaler_.scale(loss).backward();
     }
     if (timer) timer->mark();
     {
@@ -119,9 +144,9 @@ class Trainer {
       scaler_.update();
     }
     if (timer) timer->mark();
+    return loss;
   }
 
- private:
   static std::shared_ptr<nn::Module> make_tagged_model(const TrainBenchOptions& o, Device device,
                                                        MemoryFormat format) {
     MemoryCategoryScope tag(MemoryCategory::parameters);
@@ -144,6 +169,7 @@ class Trainer {
   amp::GradScaler scaler_;
   bool autocast_on_;
   DType low_;
+  nn::GraphedStep graphed_;
   Tensor loss_;
 };
 
@@ -208,6 +234,7 @@ class BatchSource {
 struct Timing {
   double seconds = 0;  // the slowest rank's
   uint64_t device_allocations = 0;
+  size_t capture_peak_alloc = 0;  // --cuda-graph: the allocated peak of the capturing step
 };
 
 // The warm-up steps, then the timed ones between two synchronizations.
@@ -219,10 +246,18 @@ Timing time_steps(const TrainBenchOptions& o, Trainer& trainer, BatchSource& bat
     batches.next();
     trainer.step(batches.x(), batches.y(), timer.get());
   };
-  for (int i = 0; i < o.warmup; ++i) step();
+  Timing timing;
+  for (int i = 0; i < o.warmup; ++i) {
+    // A replay allocates nothing the allocator sees: with --cuda-graph the allocated peak is the
+    // capture's, whose allocations are the step's own (the graph's pool keeps them).
+    if (o.cuda_graph && i == Trainer::kGraphWarmup) cuda::reset_peak_memory_stats();
+    step();
+    if (o.cuda_graph && i == Trainer::kGraphWarmup) timing.capture_peak_alloc = cuda::max_memory_allocated();
+  }
   cuda::synchronize();
   if (dist.group) dist.group->barrier()->wait();
-  // Peaks count from here: the timed steps' own, as nabla_bench_torch.py counts them.
+  // Peaks count from here: the timed steps' own, as nabla_bench_torch.py counts them (reserved
+  // memory then holds the graph's pool, the eager cache having been given back after the capture).
   cuda::reset_peak_memory_stats();
   batches.reset_waits();
   if (o.phase_times)
@@ -232,7 +267,6 @@ Timing time_steps(const TrainBenchOptions& o, Trainer& trainer, BatchSource& bat
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < o.steps; ++i) step();
   cuda::synchronize();
-  Timing timing;
   // The timed steps should take all their memory from the cache: a device allocation per step
   // would be a hidden cost (and a synchronization point).
   timing.device_allocations =
@@ -262,7 +296,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   const double seconds = timing.seconds;
   const double ms = seconds * 1000.0 / o.steps;
   const double img_s = static_cast<double>(o.batch_size) * world * o.steps / seconds;
-  const double peak_alloc = gib(cuda::max_memory_allocated());
+  const double peak_alloc = gib(std::max(cuda::max_memory_allocated(), timing.capture_peak_alloc));
   const double peak_reserved = gib(cuda::max_memory_reserved());
   const double wait_share = batches.wait_seconds() / seconds;
   const double final_loss = trainer.loss().item<double>();
@@ -271,7 +305,13 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
     std::printf("rank %d %s; %llu device allocations in the timed steps\n", env.rank, timer->report().c_str(),
                 static_cast<unsigned long long>(timing.device_allocations));
   }
+  const auto& graphed = trainer.graphed();
+  const std::string graph_note = !o.cuda_graph ? "eager"
+                                 : graphed.graphed()
+                                     ? fmt::format("CUDA graph ({} replays)", graphed.replays())
+                                     : "eager: " + graphed.eager_reason();
   if (env.rank == 0) {
+    std::printf("step: %s\n", graph_note.c_str());
     const std::string input =
         o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
     std::printf(
@@ -311,7 +351,9 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"workers", o.workers},
           {"data_wait_share", batches.from_files() ? wait_share : 0.0},
           {"grad_checkpoint", o.grad_checkpoint},
-          {"memory_fraction", o.memory_fraction}};
+          {"memory_fraction", o.memory_fraction},
+          {"cuda_graph", o.cuda_graph && graphed.graphed()},
+          {"step_mode", graph_note}};
 }
 
 // Why --compare-pytorch cannot run for these options ("" when it can): the script measures one
@@ -345,12 +387,18 @@ std::vector<std::string> torch_args(const TrainBenchOptions& o) {
   return args;
 }
 
-void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::json>& rows, bool with_torch) {
+void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::json>& rows, bool with_torch,
+                       bool with_compile) {
   std::vector<std::string> headers = {"amp",   "layout",         "ms/step",
                                       "img/s", "peak alloc GiB", "peak reserved GiB"};
   if (with_torch) {
     for (const char* h : {"torch img/s", "img/s ratio", "torch alloc GiB", "alloc ratio",
                           "torch reserved GiB", "reserved ratio"})
+      headers.emplace_back(h);
+  }
+  if (with_compile) {
+    for (const char* h :
+         {"compile img/s", "img/s ratio vs compile", "compile alloc GiB", "alloc ratio vs compile"})
       headers.emplace_back(h);
   }
   Table table(headers);
@@ -367,12 +415,20 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
         cells.push_back(format_number(number_at(row, "ratio_" + metric), 3));
       }
     }
+    if (with_compile) {
+      for (std::string metric : {"img_s", "peak_alloc_GiB"}) {
+        cells.push_back(format_number(number_at(row, "compile_" + metric), metric == "img_s" ? 1 : 2));
+        cells.push_back(format_number(number_at(row, "compile_ratio_" + metric), 3));
+      }
+    }
     table.add_row(std::move(cells));
   }
   const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
-  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s\n%s", o.arch.c_str(),
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s\n%s", o.arch.c_str(),
               static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
-              with_torch ? "; ratio = nabla / PyTorch" : "", table.render().c_str());
+              o.cuda_graph ? ", --cuda-graph" : "",
+              with_torch ? "; ratio = nabla / PyTorch (eager, and torch.compile where shown)" : "",
+              table.render().c_str());
 }
 
 void run_train(const TrainBenchOptions& o) {
@@ -412,7 +468,7 @@ void run_train(const TrainBenchOptions& o) {
   }
   if (env.rank != 0) return;
 
-  bool with_torch = false;
+  bool with_torch = false, with_compile = false;
   if (o.torch.enabled) {
     if (auto why = torch_unsupported(o, dist); !why.empty()) {
       std::printf("PyTorch comparison skipped: %s\n", why.c_str());
@@ -424,10 +480,22 @@ void run_train(const TrainBenchOptions& o) {
         attach_torch_rows(rows, torch.rows, {"arch", "batch", "amp", "layout"},
                           {"img_s", "peak_alloc_GiB", "peak_reserved_GiB"});
         with_torch = true;
+        if (o.torch_compile) {
+          auto args = torch_args(o);
+          args.push_back("--compile");
+          auto compiled = run_torch_script(o.torch, args);
+          if (!compiled.skipped.empty()) {
+            std::printf("torch.compile comparison skipped: %s\n", compiled.skipped.c_str());
+          } else {
+            attach_torch_rows(rows, compiled.rows, {"arch", "batch", "amp", "layout"},
+                              {"img_s", "peak_alloc_GiB"}, "compile");
+            with_compile = true;
+          }
+        }
       }
     }
   }
-  print_train_table(o, rows, with_torch);
+  print_train_table(o, rows, with_torch, with_compile);
   write_json_rows(o.json_path, rows);
 }
 
@@ -482,7 +550,14 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
   add_memory_fraction_flag(cmd, o->memory_fraction);
+  auto* graph_flag = cmd->add_flag(
+      "--cuda-graph", o->cuda_graph,
+      "Capture the whole training step (forward, loss, backward, scaler, SGD) into one CUDA graph after 3 "
+      "eager steps and replay it (nn::make_graphed_step); the peaks then count from the capture");
+  cmd->get_option("--phase-times")->excludes(graph_flag);
   add_torch_flags(cmd, o->torch);
+  cmd->add_flag("!--no-torch-compile", o->torch_compile,
+                "With --compare-pytorch, skip the torch.compile run (it compiles for a minute or more)");
   cmd->add_option("--json", o->json_path, "Also write the rows as a JSON list to this file");
   cmd->callback([o, argc, argv] {
     if (o->nproc_per_node > 1 && !distributed::distributed_env().is_distributed()) {

@@ -137,6 +137,11 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
                  "Out of GPU memory in a step: error, or split (retry the batch as 2, 4, ... micro-batches)")
       ->capture_default_str()
       ->group(opt);
+  app.add_flag(
+         "--cuda-graph", o.cuda_graph,
+         "Capture the training step (forward, loss, backward, scaler, optimizer) into one CUDA graph after "
+         "3 eager steps and replay it; steps where a graph cannot apply run eagerly, and the log says why")
+      ->group(opt);
 
   const char* precision = "Precision";
   app.add_option("--amp", o.amp, "Mixed precision: off, fp16 (with loss scaling) or bf16 (GPU only)")

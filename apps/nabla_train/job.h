@@ -14,6 +14,7 @@
 #include "nabla/apps/train_support/progress.h"
 #include "nabla/apps/train_support/stop_signal.h"
 #include "nabla/apps/train_support/tensorboard_writer.h"
+#include "nabla/nn/graphed_step.h"
 #include "nabla/nn/module.h"
 #include "nabla/optim/ema.h"
 #include "nabla/optim/optimizer.h"
@@ -56,7 +57,12 @@ struct Job {
   void train_batch(const TrainBatch& batch, bool update);
   // Returns the weighted loss, detached.
   Tensor forward_backward(const Tensor& input, const Tensor& target, double weight);
+  // The device part of an update (clipping, scaler, optimizer, zero_grad): what a CUDA graph holds.
   void optimizer_update();
+  // The host part after it (the schedule, the EMA), which a graph would freeze.
+  void after_update();
+  // --cuda-graph: the graphed step, or "" with why this run cannot have one (then null).
+  std::string build_graphed_step();
   Tensor forward(const Tensor& input);
 
   // --- evaluation (evaluate.cpp) ---
@@ -97,6 +103,7 @@ struct Job {
   std::unique_ptr<amp::GradScaler> scaler;
   std::unique_ptr<optim::ExponentialMovingAverage> ema;
   std::unique_ptr<train_support::OomSplitter> splitter;  // --oom-policy split
+  std::unique_ptr<nn::GraphedStep> graphed_step;         // --cuda-graph (forward_backward + optimizer_update)
 
   std::unique_ptr<train_support::CheckpointDir> checkpoints;
   std::unique_ptr<train_support::MetricsWriter> metrics;

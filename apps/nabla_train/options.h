@@ -52,6 +52,7 @@ struct TrainOptions {
   double lr_step_gamma = 0.1;  // --lr-schedule step: multiply by this every lr-step-epochs
   int64_t lr_step_epochs = 30;
   std::string oom_policy = "error";
+  bool cuda_graph = false;  // capture the training step into a CUDA graph and replay it
 
   // Precision.
   std::string amp = "off";

@@ -66,9 +66,29 @@ void Job::optimizer_update() {
   }
   scaler->step(*optimizer);
   scaler->update();
+  optimizer->zero_grad();
+}
+
+void Job::after_update() {
   scheduler->step();
   if (ema) ema->update();
-  optimizer->zero_grad();
+}
+
+std::string Job::build_graphed_step() {
+  if (!device.is_cuda()) return "the run is on the CPU";
+  if (splitter) return "--oom-policy split retries steps in micro-batches of other shapes";
+  if (options.grad_accum_steps > 1) return "--grad-accum-steps updates every few batches, not every step";
+  if (ddp) return "graphs under DistributedDataParallel are not supported yet";
+  if (options.optimizer == "lars")
+    return "LARS updates with host scalars, which a graph would freeze (use sgd or adamw)";
+  graphed_step = std::make_unique<nn::GraphedStep>(nn::make_graphed_step(
+      [this](const Tensor& x, const Tensor& y) {
+        Tensor loss = forward_backward(x, y, 1.0);
+        optimizer_update();
+        return loss;
+      },
+      {.warmup = 3}));
+  return "";
 }
 
 void Job::train_batch(const TrainBatch& batch, bool update) {
@@ -90,13 +110,20 @@ void Job::train_batch(const TrainBatch& batch, bool update) {
                         {"new_split", e.new_split}});
       }
     }
+  } else if (graphed_step && update) {
+    (*graphed_step)(batch.input, batch.target);
+    after_update();
+    return;
   } else if (ddp && !update) {
     auto no_sync = ddp->no_sync();  // only the last batch of an accumulation group allreduces
     forward_backward(batch.input, batch.target, weight);
   } else {
     forward_backward(batch.input, batch.target, weight);
   }
-  if (update) optimizer_update();
+  if (update) {
+    optimizer_update();
+    after_update();
+  }
 }
 
 int Job::train() {
@@ -112,6 +139,11 @@ int Job::train() {
   if (position.step >= last_step) {
     logger().info("nothing to do: the run is at step {} of {}", position.step, last_step);
     return 0;
+  }
+
+  if (options.cuda_graph) {
+    const std::string why = build_graphed_step();
+    if (!why.empty()) logger().warn("--cuda-graph: {}; every step runs eagerly", why);
   }
 
   RunTotals totals;
@@ -171,6 +203,19 @@ int Job::train() {
   }
 
   totals.seconds = seconds_since(run_start);
+  if (graphed_step && is_main()) {
+    if (graphed_step->graphed()) {
+      logger().info(
+          "--cuda-graph: {} steps replayed the captured graph, {} ran eagerly{}", graphed_step->replays(),
+          graphed_step->eager_calls(),
+          graphed_step->eager_reason().empty() ? "" : " (last: " + graphed_step->eager_reason() + ")");
+    } else {
+      logger().warn("--cuda-graph: no step was captured: {}",
+                    graphed_step->eager_reason().empty()
+                        ? std::string("the run ended during the eager warm-up")
+                        : graphed_step->eager_reason());
+    }
+  }
   if (is_main()) {
     if (stopped) {
       print_stopped(*this);

@@ -7,11 +7,14 @@ line for every configuration (nabla-bench reads them and prints nabla / PyTorch)
   train: torchvision ResNet on one random batch reused every step; SGD lr 0.1 momentum 0.9
          weight decay 1e-4; cuDNN benchmark on; autocast (+ GradScaler for fp16) for --amp;
          `--warmup` untimed steps, then `--steps` timed between two synchronizations. Peak
-         memory is counted from the end of warm-up, as nabla-bench does.
+         memory is counted from the end of warm-up, as nabla-bench does. --compile runs the
+         forward and loss through torch.compile (default mode), as ../shared/bench/
+         torch_compile_rn50.py does; its rows carry "mode": "compile" (else "eager").
   infer: eval mode under inference_mode, one autocast scope per iteration for --amp (the model
          stays float32, as in nabla), each iteration timed on its own (CUDA events; wall clock
          on the CPU); median, p90 (linear interpolation, as nabla's percentile) and img/s from
-         the median.
+         the median. --compile-mode runs torch.compile(model, mode=...) instead
+         (reduce-overhead is PyTorch's CUDA graphs); its rows carry that "mode".
 
 Runs on PyTorch 1.13 and 2.x. `--device cpu` exists for testing on a machine without a GPU.
 If torch cannot be imported it prints {"skipped": reason} and exits with status 3.
@@ -122,6 +125,11 @@ class Runner:
         a, torch = self.args, self.torch
         row = self.base_row("train", a.batch_size, amp, layout)
         row["steps"] = a.steps
+        row["mode"] = "compile" if a.compile else "eager"
+        if a.compile and not hasattr(torch, "compile"):
+            row["error"] = f"torch.compile needs PyTorch 2 (this is {torch.__version__})"
+            emit(row)
+            return
         self.reset_memory()
         try:
             m = self.model(layout).train()
@@ -131,10 +139,16 @@ class Runner:
             crit = torch.nn.CrossEntropyLoss()
             scaler = self.scaler(amp == "fp16")
 
+            def forward(x, y):
+                with self.autocast(amp):
+                    return crit(m(x), y)
+
+            if a.compile:
+                forward = torch.compile(forward)
+
             def step():
                 opt.zero_grad(set_to_none=True)
-                with self.autocast(amp):
-                    loss = crit(m(x), y)
+                loss = forward(x, y)
                 scaler.scale(loss).backward()
                 scaler.step(opt)
                 scaler.update()
@@ -163,9 +177,16 @@ class Runner:
         a, torch = self.args, self.torch
         row = self.base_row("infer", batch, amp, layout)
         row["iters"] = a.iters
+        row["mode"] = a.compile_mode or "eager"
+        if a.compile_mode and not hasattr(torch, "compile"):
+            row["error"] = f"torch.compile needs PyTorch 2 (this is {torch.__version__})"
+            emit(row)
+            return
         self.reset_memory()
         try:
             m = self.model(layout).eval()
+            if a.compile_mode:
+                m = torch.compile(m, mode=a.compile_mode)
             x = self.input(batch, layout)
             times = []
             with torch.inference_mode():
@@ -215,9 +236,12 @@ def parse_args(argv):
         if name == "train":
             s.add_argument("--batch-size", type=int, default=256)
             s.add_argument("--steps", type=int, default=40)
+            s.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
         else:
             s.add_argument("--batch-sizes", default="16,32,64,256")
             s.add_argument("--iters", type=int, default=50)
+            s.add_argument("--compile-mode", default=None,
+                           help="torch.compile the model in this mode (reduce-overhead: CUDA graphs)")
     a = p.parse_args(argv)
     a.amps = choices(a.amp, "--amp", AMPS)
     if a.layout and a.channels_last:

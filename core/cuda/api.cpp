@@ -40,6 +40,7 @@ void set_device(int index) {
     built_without_cuda("cuda::set_device");
 }
 void synchronize() {
+  note_host_wait("a device synchronization (cuda::synchronize)");
   if constexpr (kHasCuda)
     backend::synchronize();
   else
@@ -52,6 +53,8 @@ Allocator& device_allocator(int index) {
     built_without_cuda("CUDA tensor allocation");
 }
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  if (dst_device.is_cpu() && src_device.is_cuda())
+    note_host_wait("a copy from the GPU to the host (item(), cpu())");
   if constexpr (kHasCuda)
     backend::copy_bytes(dst, dst_device, src, src_device, nbytes);
   else
@@ -73,6 +76,7 @@ bool Stream::query() const {
     built_without_cuda("cuda::Stream::query");
 }
 void Stream::synchronize() const {
+  note_host_wait("a stream synchronization");
   if constexpr (kHasCuda)
     backend::stream_synchronize(*this);
   else
@@ -167,6 +171,7 @@ bool Event::query() const {
     return true;
 }
 void Event::synchronize() const {
+  note_host_wait("an event synchronization");
   if constexpr (kHasCuda) {
     if (handle_) backend::event_synchronize(handle_);
   }
@@ -278,6 +283,9 @@ void pinned_empty_cache() {
 
 namespace {
 std::atomic<uint64_t> next_pool{1};
+thread_local Graph* capturing_graph = nullptr;  // the graph this thread is capturing
+thread_local uint64_t capturing_id = 0;
+thread_local HostWaitCounter* innermost_counter = nullptr;
 }  // namespace
 
 Graph::~Graph() {
@@ -291,11 +299,15 @@ void Graph::capture_begin(Stream stream) {
   NABLA_CHECK(!capturing_ && !exec_,
               "Graph::capture_begin: this graph already holds a capture; call reset() first");
   NABLA_CHECK(stream.handle() != nullptr, "Graph::capture_begin: the legacy NULL stream cannot be captured");
+  NABLA_CHECK(capturing_graph == nullptr,
+              "Graph::capture_begin: this thread is already capturing another graph; captures do not nest");
   if constexpr (kHasCuda) {
     stream_ = stream;
     pool_ = next_pool.fetch_add(1);
     backend::begin_capture(stream, pool_);
     capturing_ = true;
+    capturing_graph = this;
+    capturing_id = pool_;
   } else {
     built_without_cuda("cuda::Graph::capture_begin");
   }
@@ -304,6 +316,8 @@ void Graph::capture_begin(Stream stream) {
 void Graph::capture_end() {
   NABLA_CHECK(capturing_, "Graph::capture_end: no capture in progress");
   capturing_ = false;
+  capturing_graph = nullptr;
+  capturing_id = 0;
   if constexpr (kHasCuda) {
     backend::CapturedGraph captured = backend::end_capture(stream_, pool_);
     graph_ = captured.graph;
@@ -312,8 +326,18 @@ void Graph::capture_end() {
 }
 
 void Graph::replay() {
+  replay(stream_);
+}
+
+void Graph::replay(Stream stream) {
   NABLA_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
-  if constexpr (kHasCuda) backend::launch({graph_, exec_}, stream_);
+  NABLA_CHECK(stream.device() == stream_.device(), "Graph::replay: captured on cuda:{}, replayed on cuda:{}",
+              stream_.device(), stream.device());
+  StreamGuard guard(stream);
+  for (const auto& hook : hooks_) hook();
+  if constexpr (kHasCuda) backend::launch({graph_, exec_}, stream);
+  replayed_ = true;
+  last_replay_stream_ = stream;
 }
 
 void Graph::reset() {
@@ -321,7 +345,13 @@ void Graph::reset() {
     if (capturing_) {
       backend::abort_capture(stream_, pool_);
       capturing_ = false;
+      capturing_graph = nullptr;
+      capturing_id = 0;
     }
+    // The hooks hold device buffers that replays read (allocate_outside_capture, which the
+    // allocator does not know the graph uses): wait for the last replay before freeing them.
+    if (!hooks_.empty() && exec_ != nullptr && replayed_) backend::stream_synchronize(last_replay_stream_);
+    hooks_.clear();
     backend::destroy({graph_, exec_});
     exec_ = graph_ = nullptr;
     if (pool_) {
@@ -329,6 +359,40 @@ void Graph::reset() {
       backend::release_graph_pool(stream_.device(), pool_, stream_);
       pool_ = 0;
     }
+  }
+  hooks_.clear();
+  replayed_ = false;
+}
+
+bool is_capturing() {
+  return capturing_graph != nullptr;
+}
+
+DataPtr allocate_outside_capture(int device, size_t nbytes) {
+  const StreamGuard side(stream_from_pool(device));  // not the capturing stream: the shared pools
+  return device_allocator(device).allocate(nbytes);
+}
+
+uint64_t capture_id() {
+  return capturing_id;
+}
+
+void on_replay(std::function<void()> hook) {
+  NABLA_CHECK(capturing_graph != nullptr, "cuda::on_replay: no graph is being captured on this thread");
+  capturing_graph->hooks_.push_back(std::move(hook));
+}
+
+HostWaitCounter::HostWaitCounter() : outer_(innermost_counter) {
+  innermost_counter = this;
+}
+
+HostWaitCounter::~HostWaitCounter() {
+  innermost_counter = outer_;
+}
+
+void note_host_wait(const char* what) {
+  for (HostWaitCounter* c = innermost_counter; c != nullptr; c = c->outer_) {
+    if (c->count_++ == 0) c->first_ = what;
   }
 }
 

@@ -20,6 +20,12 @@ constexpr double kPi = 3.14159265358979323846;
 
 struct Counter {
   uint64_t seed, offset;
+  const uint64_t* graph_state;  // null, or {seed, base offset} in device memory (PhiloxState)
+  // The counter this launch draws from: a graph's replay reads its seed and base offset here.
+  __device__ __forceinline__ Counter resolved() const {
+    if (graph_state == nullptr) return *this;
+    return {graph_state[0], graph_state[1] + offset, nullptr};
+  }
   __device__ __forceinline__ philox::Block block(int64_t b) const {
     return philox::philox4x32_10(offset + static_cast<uint64_t>(b), seed);
   }
@@ -36,7 +42,8 @@ __device__ __forceinline__ void for_each_block(int64_t n, Body body) {
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    uniform_kernel(T* out, int64_t n, Counter counter, double low, double range) {
+    uniform_kernel(T* out, int64_t n, Counter launch_counter, double low, double range) {
+  const Counter counter = launch_counter.resolved();
   if constexpr (std::is_same_v<T, double>) {
     // Two lanes (53 bits) per double: block b feeds elements 2b and 2b + 1.
     for_each_block<2>(n, [&](int64_t b) {
@@ -69,7 +76,8 @@ __global__ void __launch_bounds__(kBlockSize)
 // (2, 3) give 4b + 2, 4b + 3 (cosine for even elements, sine for odd).
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    normal_kernel(T* out, int64_t n, Counter counter, double mean, double stddev) {
+    normal_kernel(T* out, int64_t n, Counter launch_counter, double mean, double stddev) {
+  const Counter counter = launch_counter.resolved();
   for_each_block<4>(n, [&](int64_t b) {
     philox::Block r = counter.block(b);
 #pragma unroll
@@ -93,7 +101,8 @@ __global__ void __launch_bounds__(kBlockSize)
 // 64 random bits per element (two lanes), mapped onto [0, range) by multiply-shift.
 template <typename T>
 __global__ void __launch_bounds__(kBlockSize)
-    randint_kernel(T* out, int64_t n, Counter counter, int64_t low, uint64_t range) {
+    randint_kernel(T* out, int64_t n, Counter launch_counter, int64_t low, uint64_t range) {
+  const Counter counter = launch_counter.resolved();
   for_each_block<2>(n, [&](int64_t b) {
     philox::Block r = counter.block(b);
 #pragma unroll
@@ -110,7 +119,9 @@ __global__ void __launch_bounds__(kBlockSize)
 
 // 1 where the lane's uniform float is below p, else 0.
 template <typename T>
-__global__ void __launch_bounds__(kBlockSize) bernoulli_kernel(T* out, int64_t n, Counter counter, double p) {
+__global__ void __launch_bounds__(kBlockSize)
+    bernoulli_kernel(T* out, int64_t n, Counter launch_counter, double p) {
+  const Counter counter = launch_counter.resolved();
   for_each_block<4>(n, [&](int64_t b) {
     philox::Block r = counter.block(b);
 #pragma unroll
@@ -144,27 +155,29 @@ void launch_random(const Tensor& out, int per_block, Kernel kernel, Args... args
 
 void uniform(const Tensor& out, PhiloxState state, double low, double high) {
   dispatch_device<TypeSet::Floating>(out.dtype(), "rand", [&]<typename T>() {
-    Counter counter{state.seed, state.offset};
+    Counter counter{state.seed, state.offset, state.graph_state};
     launch_random<T>(out, std::is_same_v<T, double> ? 2 : 4, uniform_kernel<T>, counter, low, high - low);
   });
 }
 
 void normal(const Tensor& out, PhiloxState state, double mean, double stddev) {
   dispatch_device<TypeSet::Floating>(out.dtype(), "randn", [&]<typename T>() {
-    launch_random<T>(out, 4, normal_kernel<T>, Counter{state.seed, state.offset}, mean, stddev);
+    launch_random<T>(out, 4, normal_kernel<T>, Counter{state.seed, state.offset, state.graph_state}, mean,
+                     stddev);
   });
 }
 
 void randint(const Tensor& out, PhiloxState state, int64_t low, int64_t high) {
   const auto range = static_cast<uint64_t>(high - low);
   dispatch_device<TypeSet::FloatingAndIntegral>(out.dtype(), "randint", [&]<typename T>() {
-    launch_random<T>(out, 2, randint_kernel<T>, Counter{state.seed, state.offset}, low, range);
+    launch_random<T>(out, 2, randint_kernel<T>, Counter{state.seed, state.offset, state.graph_state}, low,
+                     range);
   });
 }
 
 void bernoulli(const Tensor& out, PhiloxState state, double p) {
   dispatch_device(out.dtype(), "bernoulli", [&]<typename T>() {
-    launch_random<T>(out, 4, bernoulli_kernel<T>, Counter{state.seed, state.offset}, p);
+    launch_random<T>(out, 4, bernoulli_kernel<T>, Counter{state.seed, state.offset, state.graph_state}, p);
   });
 }
 

@@ -41,16 +41,21 @@ struct AdamEntry {
   float* exp_avg;
   float* exp_avg_sq;
   float* max_exp_avg_sq;  // null without amsgrad
+  const float* step;      // the tensor's step count before this update
   int64_t numel;
-  float step_size;  // lr / bias_correction1
-  float bias_correction2_sqrt;
 };
 using AdamTable = EntryTable<AdamEntry, kMaxTensors>;
 
-__global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, float dampening, int nesterov,
-                           const float* skip_if) {
-  if (skip_if != nullptr && !(*skip_if == 0.0f)) return;  // GradScaler found inf/NaN (NaN too)
+// Whether a GradScaler flag says to skip: inf/NaN found (a NaN flag too).
+__device__ __forceinline__ bool skipped(const float* skip_if) {
+  return skip_if != nullptr && !(*skip_if == 0.0f);
+}
+
+__global__ void sgd_kernel(SgdTable table, const float* lr_at, float wd, float momentum, float dampening,
+                           int nesterov, const float* skip_if) {
+  if (skipped(skip_if)) return;
   const SgdEntry e = table.entries[blockIdx.y];
+  const float lr = *lr_at;
   for_grid_stride(e.numel, [&](int64_t i) {
     const float p = e.param[i];
     float d_p = e.grad[i];
@@ -64,9 +69,18 @@ __global__ void sgd_kernel(SgdTable table, float lr, float wd, float momentum, f
   });
 }
 
-__global__ void adam_kernel(AdamTable table, float lr, float beta1, float beta2, float eps, float wd,
-                            int decoupled) {
+// The step's scalars come from device memory (lr, the step count), and the bias corrections
+// are computed here in double as the host computed them before, so a graph replays any step.
+__global__ void adam_kernel(AdamTable table, const float* lr_at, double beta1_d, double beta2_d, float eps,
+                            float wd, int decoupled, const float* skip_if) {
+  if (skipped(skip_if)) return;
   const AdamEntry e = table.entries[blockIdx.y];
+  const float lr = *lr_at;
+  const double t = static_cast<double>(*e.step) + 1.0;
+  const double bias_correction1 = 1.0 - ::pow(beta1_d, t);
+  const float step_size = static_cast<float>(static_cast<double>(lr) / bias_correction1);
+  const float bias_correction2_sqrt = static_cast<float>(::sqrt(1.0 - ::pow(beta2_d, t)));
+  const float beta1 = static_cast<float>(beta1_d), beta2 = static_cast<float>(beta2_d);
   for_grid_stride(e.numel, [&](int64_t i) {
     float p = e.param[i];
     float g = e.grad[i];
@@ -86,9 +100,22 @@ __global__ void adam_kernel(AdamTable table, float lr, float beta1, float beta2,
       v_used = fmaxf(e.max_exp_avg_sq[i], v);
       e.max_exp_avg_sq[i] = v_used;
     }
-    const float denom = sqrtf(v_used) / e.bias_correction2_sqrt + eps;
-    e.param[i] = p - e.step_size * (m / denom);
+    const float denom = sqrtf(v_used) / bias_correction2_sqrt + eps;
+    e.param[i] = p - step_size * (m / denom);
   });
+}
+
+constexpr int kMaxSteps = 128;
+struct StepEntry {
+  float* step;
+  int64_t numel;  // 1: launch_tables sizes the grid by it
+};
+using StepTable = EntryTable<StepEntry, kMaxSteps>;
+
+// Adam's step counts += 1, after the update that read them (not on a skipped step).
+__global__ void increment_steps_kernel(StepTable table, const float* skip_if) {
+  if (skipped(skip_if) || threadIdx.x != 0 || blockIdx.x != 0) return;
+  *table.entries[blockIdx.y].step += 1.0f;
 }
 
 constexpr int kMaxNormTensors = 128;
@@ -128,6 +155,15 @@ __global__ void scale_kernel(ScaleTable table, const float* factor) {
 
 float* float_ptr(const Tensor& t) {
   return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr;
+}
+
+// A 1-element float32 tensor on `device` (a learning rate, a GradScaler flag), or null when
+// `t` is undefined and `optional`.
+const float* scalar_on(const Tensor& t, Device device, const char* op, const char* what, bool optional) {
+  if (optional && !t.defined()) return nullptr;
+  NABLA_CHECK(t.defined() && t.device() == device && t.dtype() == kFloat32 && t.numel() == 1,
+              "{}: {} must be a 1-element float32 tensor on {}, got {}", op, what, device.str(), describe(t));
+  return static_cast<const float*>(t.data_ptr());
 }
 
 void check_same_device(const TensorList& params) {
@@ -216,14 +252,9 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
                params.size() == first.size());
   if (params.empty()) return;
   check_same_device(params);
-  const float* skip_if = nullptr;
-  if (step.skip_if.defined()) {
-    NABLA_CHECK(step.skip_if.device() == params[0].device() && step.skip_if.dtype() == kFloat32 &&
-                    step.skip_if.numel() == 1,
-                "multi_tensor_sgd: skip_if must be a 1-element float32 tensor on {}, got {}",
-                params[0].device().str(), describe(step.skip_if));
-    skip_if = static_cast<const float*>(step.skip_if.data_ptr());
-  }
+  const Device device = params[0].device();
+  const float* skip_if = scalar_on(step.skip_if, device, "multi_tensor_sgd", "skip_if", true);
+  const float* lr = scalar_on(step.lr, device, "multi_tensor_sgd", "lr", false);
   const LaunchScope scope(params[0].device().index);
   const bool has_buffer = step.momentum != 0.0;
   launch_tables<kMaxTensors, SgdEntry>(
@@ -237,35 +268,34 @@ void multi_tensor_sgd(const TensorList& params, const TensorList& grads, const T
       },
       [&](const SgdTable& table, dim3 grid) {
         sgd_kernel<<<grid, kBlock, 0, scope.stream()>>>(
-            table, static_cast<float>(step.lr), static_cast<float>(step.weight_decay),
-            static_cast<float>(step.momentum), static_cast<float>(step.dampening), step.nesterov ? 1 : 0,
-            skip_if);
+            table, lr, static_cast<float>(step.weight_decay), static_cast<float>(step.momentum),
+            static_cast<float>(step.dampening), step.nesterov ? 1 : 0, skip_if);
       });
 }
 
 void multi_tensor_adam(const TensorList& params, const TensorList& grads, const TensorList& exp_avgs,
                        const TensorList& exp_avg_sqs, const TensorList& max_exp_avg_sqs,
-                       const std::vector<int64_t>& steps, const AdamStep& step) {
+                       const TensorList& steps, const AdamStep& step) {
   NABLA_ASSERT(params.size() == grads.size() && params.size() == exp_avgs.size() &&
                params.size() == exp_avg_sqs.size() && params.size() == max_exp_avg_sqs.size() &&
                params.size() == steps.size());
   if (params.empty()) return;
   check_same_device(params);
-  const LaunchScope scope(params[0].device().index);
+  const Device device = params[0].device();
+  const float* skip_if = scalar_on(step.skip_if, device, "multi_tensor_adam", "skip_if", true);
+  const float* lr = scalar_on(step.lr, device, "multi_tensor_adam", "lr", false);
+  for (const auto& t : steps) scalar_on(t, device, "multi_tensor_adam", "a step count", false);
+  const LaunchScope scope(device.index);
   launch_tables<kMaxTensors, AdamEntry>(
       params.size(), kLaunch,
       [&](size_t i, AdamEntry& e) {
-        const auto t = static_cast<double>(steps[i]);
-        const double bias_correction1 = 1.0 - std::pow(step.beta1, t);
-        const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(step.beta2, t));
         e = {float_ptr(params[i]),
              float_ptr(grads[i]),
              float_ptr(exp_avgs[i]),
              float_ptr(exp_avg_sqs[i]),
              step.amsgrad ? float_ptr(max_exp_avg_sqs[i]) : nullptr,
-             params[i].numel(),
-             static_cast<float>(step.lr / bias_correction1),
-             static_cast<float>(bias_correction2_sqrt)};
+             float_ptr(steps[i]),
+             params[i].numel()};
         params[i].bump_version();
         exp_avgs[i].bump_version();
         exp_avg_sqs[i].bump_version();
@@ -274,9 +304,19 @@ void multi_tensor_adam(const TensorList& params, const TensorList& grads, const 
       },
       [&](const AdamTable& table, dim3 grid) {
         adam_kernel<<<grid, kBlock, 0, scope.stream()>>>(
-            table, static_cast<float>(step.lr), static_cast<float>(step.beta1),
-            static_cast<float>(step.beta2), static_cast<float>(step.eps),
-            static_cast<float>(step.weight_decay), step.decoupled_weight_decay ? 1 : 0);
+            table, lr, step.beta1, step.beta2, static_cast<float>(step.eps),
+            static_cast<float>(step.weight_decay), step.decoupled_weight_decay ? 1 : 0, skip_if);
+      });
+  // After every table's update: the counts they read move on.
+  launch_tables<kMaxSteps, StepEntry>(
+      steps.size(), kLaunch,
+      [&](size_t i, StepEntry& e) {
+        e = {float_ptr(steps[i]), 1};
+        steps[i].bump_version();
+        return e.numel;
+      },
+      [&](const StepTable& table, dim3 grid) {
+        increment_steps_kernel<<<grid, kBlock, 0, scope.stream()>>>(table, skip_if);
       });
 }
 
