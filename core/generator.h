@@ -19,7 +19,7 @@ struct PhiloxState {
   uint64_t offset = 0;  // in 128-bit blocks
   // Set only for a CUDA kernel captured into a graph: the device address of {seed, base offset},
   // which the kernel reads and adds `offset` to, so every replay draws new numbers (Note [Random
-  // numbers in CUDA graphs] in ops/factory.cpp).
+  // numbers in CUDA graphs] in core/generator.cpp).
   const uint64_t* graph_state = nullptr;
 };
 
@@ -37,7 +37,7 @@ class Generator {
   void set_state(PhiloxState state);
   // Returns the state to draw from and advances the offset by `blocks`. Thread-safe. A kernel
   // for `device` captured into a CUDA graph gets a state that points at device memory instead
-  // (Note [Random numbers in CUDA graphs] in generator.cpp).
+  // (Note [Random numbers in CUDA graphs] in core/generator.cpp).
   PhiloxState reserve(uint64_t blocks, Device device = Device::cpu());
 
  private:
@@ -48,8 +48,8 @@ class Generator {
 
   mutable std::mutex mutex_;
   PhiloxState state_;
-  // The latest capture that drew from this generator. Its replay hook owns it (with its buffer
-  // from the graph's pool), so it goes with the graph.
+  // The latest capture that drew from this generator. Its replay hook owns it (with its device
+  // buffer), so it goes with the graph.
   std::weak_ptr<Capture> capture_;
 };
 

@@ -26,8 +26,9 @@
 //
 // Where a graph cannot apply, the step runs eagerly and eager_reason() says why: a build or
 // inputs without CUDA, a step that waits for the host (then every call stays eager, and a warning
-// names the wait), or a call whose inputs differ in shape, dtype or layout from the captured
-// ones (that call alone: a last partial batch, say; drop_last avoids it). A capture that fails
+// names the wait), or a call whose inputs differ in shape, dtype or device from the captured
+// ones (that call alone: a last partial batch, say; drop_last avoids it). Any layout is copied
+// into the static buffers. A capture that fails
 // for another reason throws, naming the cause.
 //
 // The returned tensor of a replayed call is the graph's own output buffer, rewritten by the next

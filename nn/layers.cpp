@@ -101,18 +101,63 @@ BatchNormOptions BatchNorm2d::batch_norm_options(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (folded_) return x;
   const BatchNormOptions o = batch_norm_options(x);
   return batch_norm(x, weight, bias, running_mean, running_var, o);
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x) {
+  if (folded_) return relu(x);
   const BatchNormOptions o = batch_norm_options(x);
   return batch_norm_relu(x, weight, bias, running_mean, running_var, o);
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  if (folded_) return relu(add(x, residual));
   const BatchNormOptions o = batch_norm_options(x);
   return batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, o);
+}
+
+void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn) {
+  NABLA_CHECK(!bn.folded_, "fold_batch_norm: this BatchNorm2d is folded already");
+  NABLA_CHECK(!bn.is_training() && !conv.is_training(),
+              "fold_batch_norm: put the layers in eval mode first (model->eval()): folding uses the running "
+              "statistics, which training would go on changing");
+  NABLA_CHECK(bn.running_mean.defined() && bn.running_var.defined(),
+              "fold_batch_norm: the BatchNorm2d has no running statistics (track_running_stats = false), "
+              "so there is nothing fixed to fold");
+  const int64_t channels = conv.weight.size(0);
+  NABLA_CHECK(bn.running_mean.numel() == channels,
+              "fold_batch_norm: the convolution has {} output channels, the BatchNorm2d {}", channels,
+              bn.running_mean.numel());
+  NoGradGuard no_grad;
+  // scale = gamma / sqrt(var + eps), shift = beta + (conv bias - mean) * scale, in float64.
+  const auto f64 = [](const Tensor& t) { return t.to(kFloat64); };
+  Tensor scale = rsqrt(add(f64(bn.running_var), bn.options_.eps));
+  if (bn.weight.defined()) scale = mul(scale, f64(bn.weight));
+  Tensor centered = neg(f64(bn.running_mean));
+  if (conv.bias.defined()) centered = add(centered, f64(conv.bias));
+  Tensor shift = mul(centered, scale);
+  if (bn.bias.defined()) shift = add(shift, f64(bn.bias));
+  conv.weight.copy_(mul(f64(conv.weight), scale.reshape({channels, 1, 1, 1})));
+  if (conv.bias.defined()) {
+    conv.bias.copy_(shift);
+  } else {
+    conv.bias = shift.to(conv.weight.dtype()).requires_grad_(conv.weight.requires_grad());
+  }
+  bn.folded_ = true;
+}
+
+Tensor conv_bn_relu(Conv2d& conv, BatchNorm2d& bn, const Tensor& x, const Tensor& residual) {
+  if (!bn.folded())
+    return residual.defined() ? bn.forward_add_relu(conv(x), residual) : bn.forward_relu(conv(x));
+  NABLA_CHECK(
+      !conv.is_training(),
+      "conv_bn_relu: the batch norm was folded into the convolution for inference; training it is not "
+      "supported (reload the unfolded weights to train)");
+  const auto& o = conv.options();
+  return conv2d_relu(x, conv.weight, conv.bias, {.residual = residual},
+                     {.stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups});
 }
 
 LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options)

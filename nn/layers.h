@@ -79,13 +79,28 @@ class BatchNorm2d : public Module {
   Tensor forward_relu(const Tensor& x);
   // relu(forward(x) + residual), fused where the backend can (the end of a residual block).
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  // Whether fold_batch_norm moved this layer into a convolution: forward(x) is then x itself,
+  // and forward_relu / forward_add_relu are the ReLU (and the sum) alone.
+  bool folded() const { return folded_; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
 
  private:
+  friend void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn);
   BatchNormOptions batch_norm_options(const Tensor& x);
   int64_t num_features_;
   BatchNorm2dOptions options_;
+  bool folded_ = false;
 };
+
+// Inference: folds bn, in eval mode, into the convolution before it. conv's weight is scaled per
+// output channel by weight / sqrt(running_var + eps), its bias becomes the shift, and bn becomes
+// the identity (folded()). The same function in real arithmetic; computed in float64, so the
+// outputs agree with the unfolded layers to rounding. The layers must stay in eval mode (fold
+// again after loading new weights); training the folded convolution is an error.
+void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn);
+// relu(bn(conv(x)) [+ residual]): the fused batch norm + ReLU (+ add) kernels, or after
+// fold_batch_norm one fused convolution call (conv2d_relu), whose output is written once.
+Tensor conv_bn_relu(Conv2d& conv, BatchNorm2d& bn, const Tensor& x, const Tensor& residual = {});
 
 struct LayerNormOptions {
   double eps = 1e-5;

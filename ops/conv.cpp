@@ -29,6 +29,7 @@
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
 
@@ -256,6 +257,37 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
                      });
   }
   return y;
+}
+
+Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                   const ConvReluOptions& epilogue, Conv2dOptions options) {
+  const Tensor& residual_in = epilogue.residual;
+  const auto composed = [&] {
+    Tensor y = conv2d(x_in, weight_in, bias_in, options);
+    if (residual_in.defined()) y = add(y, residual_in);
+    return relu(y);
+  };
+  if (!x_in.defined() || !x_in.is_cuda() || !bias_in.defined() ||
+      autograd::needs_grad({x_in, weight_in, bias_in, residual_in}))
+    return composed();
+  const auto [x, weight, bias, residual] =
+      ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in, residual_in});
+  const Shape out = check_conv2d(x, weight, bias, options);
+  if (x.dtype() == kFloat64 ||
+      (residual.defined() && (residual.sizes() != out || residual.dtype() != x.dtype())))
+    return composed();
+  NoGradGuard no_grad;
+  const MemoryFormat format = conv_format(x, weight);
+  Tensor y = empty_in(out, x, format);
+  if (y.numel() == 0) return y;
+  const Tensor r = residual.defined() ? residual.contiguous(format) : residual;
+  const bool fused = ops::dispatch(
+      "conv2d_relu", x, [] { return false; },
+      [&] {
+        return ops::cuda::conv2d_forward_relu(x.contiguous(format), weight.contiguous(format),
+                                              bias.contiguous(), r, y, params_of(options), cudnn_settings());
+      });
+  return fused ? y : composed();
 }
 
 void set_cudnn_benchmark(bool benchmark) {

@@ -43,6 +43,18 @@ struct Conv2dOptions {
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
 
+// relu(conv2d(x, weight, bias) [+ residual]): a convolution whose batch norm was folded into it
+// (nn::fold_batch_norm), with the ReLU and a residual block's sum. On CUDA, where nothing needs a
+// gradient, it is one cuDNN call (cudnnConvolutionBiasActivationForward), so the activation is
+// written once; anywhere else (the CPU, autograd, float64, a combination cuDNN declines) it is
+// the ops composed. The result matches the composition up to rounding (one float16 rounding of
+// the sum instead of three).
+struct ConvReluOptions {
+  Tensor residual = {};  // added before the ReLU: the convolution's output shape
+};
+Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const ConvReluOptions& epilogue = {}, Conv2dOptions options = {});
+
 void set_cudnn_benchmark(bool benchmark);
 bool cudnn_benchmark();
 void set_cudnn_allow_tf32(bool allow);

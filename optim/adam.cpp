@@ -106,9 +106,11 @@ void Adam::update(const Tensor& skip_if) {
       }
       // step_unless took this path only after checking every tensor is fused.
       NABLA_ASSERT(!skip_if.defined());
-      refuse_capture(
-          "Adam",
-          "a parameter outside the fused CUDA update takes its step count and learning rate from the host");
+      refuse_capture("Adam",
+                     fmt::format("parameter {} of group {} ({}) is outside the fused CUDA update (dense "
+                                 "float32 in the gradient's layout), so its update would hold the step count "
+                                 "and learning rate as constants; step it outside the graph",
+                                 i, g, describe(param)));
       Tensor& count = st["step"];
       if (count.is_cuda()) count = count.cpu().to(kFloat64);
       const auto t = static_cast<int64_t>(count.item<double>()) + 1;

@@ -21,7 +21,10 @@ LARS::LARS(TensorList params, LarsOptions options) : LARS(one_group(std::move(pa
 
 void LARS::step() {
   NoGradGuard no_grad;
-  refuse_capture("LARS", "its update takes the learning rate and trust ratios through host scalars");
+  refuse_capture(
+      "LARS",
+      "its update takes the learning rate and trust ratios as host scalars, which a graph would hold "
+      "constant; step it outside the graph, or train with SGD or Adam(W)");
   begin_step();
   for (size_t g = 0; g < groups_.size(); ++g) {
     auto& group = groups_[g];

@@ -79,10 +79,11 @@ void Optimizer::begin_step() {
     write_device_lrs();
     return;
   }
-  // Captured: the graph holds weight decay and momentum as kernel arguments.
+  // Captured: the graph holds weight decay and momentum as kernel arguments. The check runs
+  // before any replay hook, so a refused replay changes nothing.
   std::vector<std::pair<double, double>> captured;
   for (const auto& group : groups_) captured.emplace_back(*group.weight_decay, *group.momentum);
-  cuda::on_replay([this, captured] {
+  cuda::on_replay_check([this, captured] {
     for (size_t g = 0; g < groups_.size(); ++g) {
       const auto& group = groups_[g];
       NABLA_CHECK(*group.weight_decay == captured[g].first && *group.momentum == captured[g].second,
@@ -91,6 +92,8 @@ void Optimizer::begin_step() {
                   "replays (capture the step again to change the others)",
                   name_, g, captured[g].first, captured[g].second, *group.weight_decay, *group.momentum);
     }
+  });
+  cuda::on_replay([this] {
     ++step_;
     write_device_lrs();
   });
@@ -113,7 +116,7 @@ const Tensor& Optimizer::device_lr(size_t group, Device device) {
   if (cuda::is_capturing()) {
     // The replay hook writes it (a fill here would be recorded with today's rate), so it must
     // not share a block with the graph's scratch (cuda::allocate_outside_capture).
-    const cuda::StreamGuard side(cuda::stream_from_pool(device.index));
+    const cuda::StreamGuard side(cuda::stream_outside_capture(device.index));
     lr.value = empty({1}, {.dtype = kFloat32, .device = device});
   } else {
     lr.value = empty({1}, {.dtype = kFloat32, .device = device});
@@ -122,11 +125,8 @@ const Tensor& Optimizer::device_lr(size_t group, Device device) {
   return lr.value;
 }
 
-void Optimizer::refuse_capture(const char* what, const char* why) {
-  NABLA_CHECK(!cuda::is_capturing(),
-              "{} cannot be captured into a CUDA graph: {}. Step it outside the graph, or use parameters "
-              "the fused CUDA update takes (dense float32 on one device)",
-              what, why);
+void Optimizer::refuse_capture(const char* what, const std::string& why) {
+  NABLA_CHECK(!cuda::is_capturing(), "{} cannot be captured into a CUDA graph: {}", what, why);
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
@@ -168,8 +168,10 @@ void Optimizer::load_state_dict(const StateDict& state) {
     groups_[g].lr = detail::scalar_value(state, prefix + "lr");
     groups_[g].weight_decay = detail::scalar_value(state, prefix + "weight_decay");
     groups_[g].momentum = detail::scalar_value(state, prefix + "momentum");
-    for (auto& per_param : state_[g]) per_param.clear();
   }
+  auto previous = std::move(state_);
+  state_.clear();
+  for (const auto& group : groups_) state_.emplace_back(group.params.size());
   for (const auto& [key, value] : state) {
     if (key.rfind("state.", 0) != 0) continue;
     // state.<g>.<i>.<name>
@@ -184,13 +186,24 @@ void Optimizer::load_state_dict(const StateDict& state) {
                 groups_.size());
     const auto name = key.substr(second + 1);
     const Tensor& param = groups_[g].params[i];
+    // Into the tensors the optimizer already has where they fit, in place: a CUDA graph that
+    // captured a step reads and writes those very buffers.
+    const auto existing = previous[g][i].find(name);
+    Tensor* into = existing != previous[g][i].end() ? &existing->second : nullptr;
     if (name == "step") {
-      state_[g][i][name] = value.to(Device::cpu(), kFloat64).clone();
+      if (into && into->is_cuda() && into->numel() == 1) {
+        into->copy_(value.to(kFloat64).reshape(into->sizes()).to(into->device(), into->dtype()));
+        state_[g][i][name] = *into;
+      } else {
+        state_[g][i][name] = value.to(Device::cpu(), kFloat64).clone();
+      }
     } else {
       NABLA_CHECK(value.sizes() == param.sizes(), "load_state_dict: '{}' has shape {}, the parameter has {}",
                   key, shape_str(value.sizes()), shape_str(param.sizes()));
       // In the parameter's layout (channels_last stays channels_last), so fused updates apply.
-      Tensor copy = param.detach().clone();
+      const bool fits = into && into->sizes() == param.sizes() && into->strides() == param.strides() &&
+                        into->dtype() == param.dtype() && into->device() == param.device();
+      Tensor copy = fits ? *into : param.detach().clone();
       copy.copy_(value.to(param.device(), param.dtype()));
       state_[g][i][name] = copy;
     }

@@ -48,8 +48,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
-  Optimizer(Optimizer&&) = default;
-  Optimizer& operator=(Optimizer&&) = default;
+  // Nor movable: schedulers, GradScalers and CUDA graphs' replay hooks hold its address.
+  Optimizer(Optimizer&&) = delete;
+  Optimizer& operator=(Optimizer&&) = delete;
 
   // One update of every parameter that has a gradient, under NoGradGuard.
   virtual void step() = 0;
@@ -97,8 +98,9 @@ class Optimizer {
   // after each begin_step().
   const Tensor& device_lr(size_t group, Device device);
   // For updates with ordinary ops, whose scalars a graph would freeze: a clear error while
-  // capturing, naming `what` and `why` (the fused updates take device scalars and may be captured).
-  static void refuse_capture(const char* what, const char* why);
+  // capturing, "<what> cannot be captured into a CUDA graph: <why>" (the fused updates take
+  // device scalars and may be captured).
+  static void refuse_capture(const char* what, const std::string& why);
 
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::map<std::string, Tensor>>> state_;

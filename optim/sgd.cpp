@@ -79,8 +79,11 @@ void SGD::update(const Tensor& skip_if) {
       // step_unless took this path only after checking every tensor is fused, so the skip is
       // never lost on an unfused one.
       NABLA_ASSERT(!skip_if.defined());
-      refuse_capture("SGD",
-                     "a parameter outside the fused CUDA update would take the learning rate as a constant");
+      refuse_capture(
+          "SGD", fmt::format("parameter {} of group {} ({}) is outside the fused CUDA update (dense float32 "
+                             "in the gradient's layout), so its update would hold the learning rate as "
+                             "a constant; step it outside the graph",
+                             i, g, describe(param)));
       Tensor d_p = grad;
       if (wd != 0.0) d_p = add(d_p, param, wd);
       if (momentum != 0.0) {

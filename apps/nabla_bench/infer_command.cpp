@@ -2,7 +2,7 @@
 // (and of bench/pytorch/nabla_bench_torch.py infer, which --compare-pytorch runs):
 //
 //   nabla-bench infer --batch-sizes 16,32,64,256 --amp off,fp16 --channels-last --compare-pytorch
-//   nabla-bench infer --batch-sizes 16,32,64 --amp fp16 --channels-last --cuda-graph --compare-pytorch
+//   nabla-bench infer --batch-sizes 16,32,64 --amp fp16 --channels-last --fuse --cuda-graph --compare-pytorch
 //
 // --cuda-graph captures one forward after the warm-up and times its replays; --compare-pytorch
 // then also runs the script under torch.compile(mode="reduce-overhead"), PyTorch's CUDA graphs.
@@ -50,6 +50,7 @@ struct InferBenchOptions {
   double seconds = 0;  // > 0: run timed forwards for this long instead of --iters
   double memory_fraction = 0;
   bool cuda_graph = false;  // capture one forward after the warm-up and time its replays
+  bool fuse = false;        // fold the batch norms into the convolutions (ResNet::fuse_for_inference)
   TorchOptions torch;
   bool torch_compile = true;  // with --compare-pytorch, also torch.compile(mode="reduce-overhead")
   std::string json_path;
@@ -117,7 +118,8 @@ nlohmann::json infer_one(const InferBenchOptions& o, nn::Module& model, int64_t 
           {"peak_alloc_GiB", gib(cuda::max_memory_allocated())},
           {"peak_reserved_GiB", gib(cuda::max_memory_reserved())},
           {"memory_fraction", o.memory_fraction},
-          {"cuda_graph", o.cuda_graph}};
+          {"cuda_graph", o.cuda_graph},
+          {"fused", o.fuse}};
 }
 
 std::vector<std::string> torch_args(const InferBenchOptions& o, const std::vector<std::string>& layouts) {
@@ -179,7 +181,9 @@ void print_infer_table(const InferBenchOptions& o, const std::vector<nlohmann::j
   std::printf("\n%s inference (eval, no grad), %d warm-up forwards, %s%s%s%s\n%s", o.arch.c_str(), o.warmup,
               o.seconds > 0 ? fmt::format("{} s of timed forwards", o.seconds).c_str()
                             : fmt::format("{} timed forwards", o.iters).c_str(),
-              o.cuda_graph ? ", nabla replays a CUDA graph" : "",
+              fmt::format("{}{}", o.fuse ? ", batch norms folded" : "",
+                          o.cuda_graph ? ", nabla replays a CUDA graph" : "")
+                  .c_str(),
               with_torch ? "; ratio = nabla / PyTorch" : "",
               with_compile ? " (eager; \"graphs\" = torch.compile(mode=\"reduce-overhead\"))" : "",
               table.render().c_str());
@@ -203,6 +207,7 @@ void run_infer(const InferBenchOptions& o) {
         model = make_model(o.arch);
         model->to(Device::cuda(cuda::current_device()), memory_format_of(layout));
         model->eval();
+        if (o.fuse) dynamic_cast<nn::models::ResNet&>(*model).fuse_for_inference();
       });
       for (int64_t batch : batches) {
         with_oom_context(fmt::format("{} infer batch {} amp {} {}", o.arch, batch, amp, layout),
@@ -285,6 +290,9 @@ void add_infer_command(CLI::App& app) {
   add_memory_fraction_flag(cmd, o->memory_fraction);
   cmd->add_flag("--cuda-graph", o->cuda_graph,
                 "Capture one forward into a CUDA graph after the warm-up and time its replays");
+  cmd->add_flag("--fuse", o->fuse,
+                "Fold each batch norm into its convolution (ResNet::fuse_for_inference): convolution, bias, "
+                "ReLU and residual sum as one cuDNN call");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag(
       "!--no-torch-compile", o->torch_compile,

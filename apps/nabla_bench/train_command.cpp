@@ -432,6 +432,15 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
 }
 
 void run_train(const TrainBenchOptions& o) {
+  NABLA_CHECK(
+      !o.cuda_graph || o.warmup > Trainer::kGraphWarmup,
+      "--cuda-graph needs --warmup {} or more: the first {} steps run eagerly and the next one captures, "
+      "all before the timed steps (got --warmup {})",
+      Trainer::kGraphWarmup + 1, Trainer::kGraphWarmup, o.warmup);
+  NABLA_CHECK(
+      !o.cuda_graph || (!o.ddp && o.nproc_per_node == 1),
+      "--cuda-graph does not capture DistributedDataParallel yet (its collectives are queued by a launcher "
+      "thread outside the capture); drop --ddp/--nproc-per-node or --cuda-graph");
   const auto amps = parse_choices(o.amp, "--amp", amp_choices());
   const auto layouts = resolve_layouts(o.layout, o.channels_last);
   NABLA_CHECK(cuda::is_available(), "nabla-bench train needs a CUDA device, and none was found");

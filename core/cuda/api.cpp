@@ -55,6 +55,11 @@ Allocator& device_allocator(int index) {
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (dst_device.is_cpu() && src_device.is_cuda())
     note_host_wait("a copy from the GPU to the host (item(), cpu())");
+  NABLA_CHECK(
+      !(src_device.is_cpu() && dst_device.is_cuda() && is_capturing()),
+      "a copy from host memory to the GPU cannot be captured into a CUDA graph: every replay would copy "
+      "whatever that host memory holds then (and a temporary host buffer is gone). Copy before the "
+      "capture, or write per-step values from a replay hook (cuda::on_replay)");
   if constexpr (kHasCuda)
     backend::copy_bytes(dst, dst_device, src, src_device, nbytes);
   else
@@ -334,6 +339,8 @@ void Graph::replay(Stream stream) {
   NABLA_CHECK(stream.device() == stream_.device(), "Graph::replay: captured on cuda:{}, replayed on cuda:{}",
               stream_.device(), stream.device());
   StreamGuard guard(stream);
+  // Checks first: one that fails leaves every hook's state (counters, offsets) untouched.
+  for (const auto& check : checks_) check();
   for (const auto& hook : hooks_) hook();
   if constexpr (kHasCuda) backend::launch({graph_, exec_}, stream);
   replayed_ = true;
@@ -349,9 +356,11 @@ void Graph::reset() {
       capturing_id = 0;
     }
     // The hooks hold device buffers that replays read (allocate_outside_capture, which the
-    // allocator does not know the graph uses): wait for the last replay before freeing them.
-    if (!hooks_.empty() && exec_ != nullptr && replayed_) backend::stream_synchronize(last_replay_stream_);
+    // allocator does not know the graph uses), and the pool below is released in the capture
+    // stream's order: wait for the last replay, which may have run on another stream.
+    if (exec_ != nullptr && replayed_) backend::stream_synchronize(last_replay_stream_);
     hooks_.clear();
+    checks_.clear();
     backend::destroy({graph_, exec_});
     exec_ = graph_ = nullptr;
     if (pool_) {
@@ -361,6 +370,7 @@ void Graph::reset() {
     }
   }
   hooks_.clear();
+  checks_.clear();
   replayed_ = false;
 }
 
@@ -368,8 +378,17 @@ bool is_capturing() {
   return capturing_graph != nullptr;
 }
 
+Stream stream_outside_capture(int device) {
+  // The pool has several streams: one of them is not the capturing one.
+  Stream side = stream_from_pool(device);
+  for (int tries = 0; capturing_graph != nullptr && side == capturing_graph->stream_ && tries < 64; ++tries)
+    side = stream_from_pool(device);
+  NABLA_ASSERT(capturing_graph == nullptr || !(side == capturing_graph->stream_));
+  return side;
+}
+
 DataPtr allocate_outside_capture(int device, size_t nbytes) {
-  const StreamGuard side(stream_from_pool(device));  // not the capturing stream: the shared pools
+  const StreamGuard side(stream_outside_capture(device));  // the shared pools, not the graph's
   return device_allocator(device).allocate(nbytes);
 }
 
@@ -380,6 +399,11 @@ uint64_t capture_id() {
 void on_replay(std::function<void()> hook) {
   NABLA_CHECK(capturing_graph != nullptr, "cuda::on_replay: no graph is being captured on this thread");
   capturing_graph->hooks_.push_back(std::move(hook));
+}
+
+void on_replay_check(std::function<void()> check) {
+  NABLA_CHECK(capturing_graph != nullptr, "cuda::on_replay_check: no graph is being captured on this thread");
+  capturing_graph->checks_.push_back(std::move(check));
 }
 
 HostWaitCounter::HostWaitCounter() : outer_(innermost_counter) {

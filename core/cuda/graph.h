@@ -50,6 +50,8 @@ class Graph {
 
  private:
   friend void on_replay(std::function<void()> hook);
+  friend void on_replay_check(std::function<void()> check);
+  friend Stream stream_outside_capture(int device);
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
   Stream stream_;
@@ -58,6 +60,7 @@ class Graph {
   bool replayed_ = false;
   Stream last_replay_stream_;
   std::vector<std::function<void()>> hooks_;
+  std::vector<std::function<void()>> checks_;  // run before any hook; may throw
 };
 
 // Whether this thread is capturing a graph (between Graph::capture_begin and capture_end).
@@ -68,9 +71,15 @@ uint64_t capture_id();
 // graph]): it runs on the host before each replay, with the replay stream current. Throws
 // outside a capture. The graph must not outlive what the hook refers to.
 void on_replay(std::function<void()> hook);
+// Registers a check that runs before every replay, before any hook: it throws when the graph
+// can no longer replay correctly (a constant it holds changed), and then nothing has run.
+void on_replay_check(std::function<void()> check);
+// A stream of `device` that is not the one this thread is capturing (any pool stream outside a
+// capture): its allocations come from the shared pools.
+Stream stream_outside_capture(int device);
 
 // Device memory for a value that a replay hook writes and captured kernels read, taken from the
-// shared cache through a side stream even during a capture. It must not come from the capture's
+// shared cache through stream_outside_capture() even during a capture. It must not come from the capture's
 // private pool: a block the graph's earlier kernels used and freed could be handed out again
 // there, and those kernels would overwrite the hook's value before it is read.
 DataPtr allocate_outside_capture(int device, size_t nbytes);

@@ -59,7 +59,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   auto s = static_cast<cudaStream_t>(stream.handle());
   NABLA_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDefault, s));
   if (dst_device.is_cpu()) {
-    stream.synchronize();
+    stream_synchronize(stream);  // the backend's: the public copy_bytes counted this wait already
   } else if (src_device.is_cpu()) {
     // From pinned memory the copy is truly asynchronous: keep the block from reuse until done.
     backend::record_pinned_use(src, stream);

@@ -42,8 +42,8 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = bn1.forward_relu(conv1(x));
-  return bn2.forward_add_relu(conv2(out), identity);
+  Tensor out = conv_bn_relu(conv1, bn1, x);
+  return conv_bn_relu(conv2, bn2, out, identity);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
@@ -67,9 +67,9 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = bn1.forward_relu(conv1(x));
-  out = bn2.forward_relu(conv2(out));
-  return bn3.forward_add_relu(conv3(out), identity);
+  Tensor out = conv_bn_relu(conv1, bn1, x);
+  out = conv_bn_relu(conv2, bn2, out);
+  return conv_bn_relu(conv3, bn3, out, identity);
 }
 
 // The stem's BatchNorm and ReLU as one layer of a checkpointed forward, so that it runs the same
@@ -170,11 +170,38 @@ Tensor ResNet::features(const Tensor& x) {
     }
     y = checkpoint_sequential(modules, options_.checkpoint_segments, x);
   } else {
-    y = bn1.forward_relu(conv1(x));
+    y = conv_bn_relu(conv1, bn1, x);
     if (!options_.small_input_stem) y = maxpool(y);
     y = layer4(layer3(layer2(layer1(y))));
   }
   return avgpool(y).flatten(1);
+}
+
+void ResNet::fuse_for_inference() {
+  NABLA_CHECK(!is_training(),
+              "ResNet::fuse_for_inference: call model->eval() first (folding uses the running "
+              "statistics of the batch norms)");
+  fold_batch_norm(conv1, bn1);
+  for (Sequential* stage : {&layer1, &layer2, &layer3, &layer4}) {
+    for (size_t i = 0; i < stage->size(); ++i) {
+      Module& block = (*stage)[i];
+      std::shared_ptr<Sequential> downsample;
+      if (auto* basic = dynamic_cast<BasicBlock*>(&block)) {
+        fold_batch_norm(basic->conv1, basic->bn1);
+        fold_batch_norm(basic->conv2, basic->bn2);
+        downsample = basic->downsample;
+      } else if (auto* bottleneck = dynamic_cast<Bottleneck*>(&block)) {
+        fold_batch_norm(bottleneck->conv1, bottleneck->bn1);
+        fold_batch_norm(bottleneck->conv2, bottleneck->bn2);
+        fold_batch_norm(bottleneck->conv3, bottleneck->bn3);
+        downsample = bottleneck->downsample;
+      }
+      if (downsample) {
+        fold_batch_norm(dynamic_cast<Conv2d&>((*downsample)[0]),
+                        dynamic_cast<BatchNorm2d&>((*downsample)[1]));
+      }
+    }
+  }
 }
 
 void ResNet::set_checkpoint_segments(int segments) {

@@ -66,6 +66,10 @@ class ResNet : public Module {
   Tensor forward(const Tensor& x) override;
   // The pooled features before fc: (N, 512 * expansion).
   Tensor features(const Tensor& x);
+  // Inference: folds every BatchNorm2d into the convolution before it (nn::fold_batch_norm), so
+  // each convolution with its bias, ReLU and residual sum runs as one call on CUDA. Needs eval
+  // mode; the model is for inference from then on (state_dict() gives the folded weights).
+  void fuse_for_inference();
   void set_checkpoint_segments(int segments);
 
   Conv2d conv1;

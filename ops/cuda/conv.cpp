@@ -324,9 +324,10 @@ Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace
   no_algorithm(op, p, s);
 }
 
+// The cached choice for `key`, or a new one (heuristics or benchmark); `workspace` holds its
+// workspace and the descriptor its math type.
 template <Direction D>
-void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op) {
-  using A = Algos<D>;
+Choice choose(Problem& p, const Key& key, const CudnnSettings& s, const char* op, Tensor& workspace) {
   std::optional<Choice> choice;
   {
     auto& cache = algo_cache();
@@ -334,23 +335,30 @@ void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op
     auto it = cache.choices.find(key);
     if (it != cache.choices.end()) choice = it->second;
   }
-  Tensor workspace;
   if (choice) {
     p.conv.set_math(choice->math);
     workspace = allocate_workspace(choice->workspace_bytes, p.device);
-  } else {
-    // Two threads may both search the same problem; they store the same kind of answer.
-    choice = s.benchmark ? choose_by_benchmark<D>(p, s, workspace, op, key)
-                         : choose_by_heuristics<D>(p, s, workspace, op);
-    auto& cache = algo_cache();
-    std::lock_guard lock(cache.mutex);
-    cache.choices.emplace(key, *choice);
+    return *choice;
   }
+  // Two threads may both search the same problem; they store the same kind of answer.
+  choice = s.benchmark ? choose_by_benchmark<D>(p, s, workspace, op, key)
+                       : choose_by_heuristics<D>(p, s, workspace, op);
+  auto& cache = algo_cache();
+  std::lock_guard lock(cache.mutex);
+  cache.choices.emplace(key, *choice);
+  return *choice;
+}
+
+template <Direction D>
+void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op) {
+  using A = Algos<D>;
+  Tensor workspace;
+  const Choice choice = choose<D>(p, key, s, op, workspace);
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void* one = p.f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
   const void* zero = p.f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f);
-  A::run(p, static_cast<typename A::Algo>(choice->algo), data_of(workspace), choice->workspace_bytes, one,
+  A::run(p, static_cast<typename A::Algo>(choice.algo), data_of(workspace), choice.workspace_bytes, one,
          zero);
 }
 
@@ -443,6 +451,36 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
     Tensor b = ops::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
     binary(BinaryOp::Add, y, b, y, 1.0);
   }
+}
+
+bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                         const Tensor& y, const ConvParams& params, const CudnnSettings& settings) {
+  nabla::cuda::DeviceGuard device(x.device().index);
+  if (x.dtype() == kFloat64) return false;
+  const bool nhwc = check_layouts("conv2d_relu", x, w, y);
+  if (residual.defined() && (residual.strides() != y.strides() || residual.dtype() != y.dtype()))
+    return false;
+  // The forward's algorithm (same key, so the same cached choice): cuDNN runs the bias, the sum
+  // and the ReLU in that algorithm's epilogue.
+  Problem p = make_problem(x, w, y, params, settings, nhwc);
+  Tensor workspace;
+  const Choice choice = choose<Direction::Forward>(
+      p, make_key(Direction::Forward, x, w, p, params, settings, nhwc), settings, "conv2d_relu", workspace);
+  // cuDNN reads the bias in y's type, as a (1, O, 1, 1) tensor.
+  const Tensor b = bias.dtype() == y.dtype() ? bias.contiguous() : bias.to(y.dtype());
+  const TensorDescriptor bias_desc(
+      ops::alias(b, {1, b.size(0), 1, 1}, {b.size(0), 1, 1, 1}, b.storage_offset()));
+  const Tensor& z = residual.defined() ? residual : y;  // alpha2 = 0 when there is no residual
+  const TensorDescriptor z_desc(z);
+  const ReluDescriptor relu;
+  const float one = 1.0f, alpha2 = residual.defined() ? 1.0f : 0.0f;
+  const cudnnStatus_t status = cudnnConvolutionBiasActivationForward(
+      p.handle, &one, p.x_desc.get(), p.x, p.w_desc.get(), p.w, p.conv.get(),
+      static_cast<cudnnConvolutionFwdAlgo_t>(choice.algo), data_of(workspace), choice.workspace_bytes,
+      &alpha2, z_desc.get(), z.data_ptr(), bias_desc.get(), b.data_ptr(), relu.get(), p.y_desc.get(), p.y);
+  if (status == CUDNN_STATUS_NOT_SUPPORTED) return false;
+  NABLA_CUDNN_CHECK(status);
+  return true;
 }
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,

@@ -21,6 +21,11 @@ struct CudnnSettings {
 // y = conv(x, w) + bias (bias (O) or undefined).
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                     const ConvParams& p, const CudnnSettings& settings);
+// y = relu(conv(x, w) + bias [+ residual]) in one cuDNN call (x, w, y, residual in one layout and
+// dtype, float32/float16/bfloat16; bias (O), any floating dtype). Returns false, having written
+// nothing, where cuDNN declines the combination: the caller composes.
+bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                         const Tensor& y, const ConvParams& p, const CudnnSettings& settings);
 // grad_x = the gradient of conv(x, w) with respect to x; overwrites grad_x.
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
                            const CudnnSettings& settings);

@@ -8,6 +8,9 @@
 #   torch   the same with --cuda-graph --compare-pytorch (PyTorch eager and torch.compile);
 #   infer   nabla-bench infer (fp16, channels_last, batch 16/32/64) eager, then --cuda-graph
 #           --compare-pytorch (PyTorch eager and torch.compile(mode="reduce-overhead"));
+#   fuse    nabla-bench infer --cuda-graph with and without --fuse (batch norms folded into the
+#           convolutions), the fused one beside PyTorch eager and reduce-overhead;
+#   cuda    only the CUDA test binary (with $FIRST first), not the other suites;
 #   demo    nabla-train on Fashion-MNIST (the ResNet-18 demo) without and with --cuda-graph.
 # Logs go under $OUT; a short summary comes last.
 set -uo pipefail
@@ -22,6 +25,12 @@ has() { [[ ,$parts, == *,$1,* ]]; }
 bench="$build/apps/nabla-bench"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 summary=()
+if has cuda; then
+  [[ -n ${FIRST:-} ]] && timeout 180 "$build/tests/nabla_cuda_tests" --gtest_filter="$FIRST" > "$out/tests_first.log" 2>&1
+  [[ -n ${FIRST:-} ]] && summary+=("first rc=$? $(grep -E '^\[  (PASSED|FAILED) ' "$out/tests_first.log" | tr '\n' ' ')")
+  timeout 300 "$build/tests/nabla_cuda_tests" > "$out/nabla_cuda_tests.log" 2>&1
+  summary+=("nabla_cuda_tests rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$out/nabla_cuda_tests.log" | tr '\n' ' ')")
+fi
 if has tests; then
   if [[ -n ${FIRST:-} ]]; then
     timeout 180 "$build/tests/nabla_cuda_tests" --gtest_filter="$FIRST" > "$out/tests_first.log" 2>&1
@@ -53,6 +62,12 @@ if has infer; then
   timeout 120 "$bench" infer --batch-sizes 16,32,64 --amp fp16 --channels-last --iters 100 > "$out/infer_eager.log" 2>&1
   timeout 400 "$bench" infer --batch-sizes 16,32,64 --amp fp16 --channels-last --iters 100 --cuda-graph \
     --compare-pytorch > "$out/infer_graph.log" 2>&1
+fi
+if has fuse; then
+  timeout 120 "$bench" infer --batch-sizes 16,32,64 --amp fp16 --channels-last --iters 100 --cuda-graph \
+    > "$out/infer_graph_unfused.log" 2>&1
+  timeout 400 "$bench" infer --batch-sizes 16,32,64 --amp fp16 --channels-last --iters 100 --cuda-graph --fuse \
+    --compare-pytorch > "$out/infer_graph_fused.log" 2>&1
 fi
 if has demo; then
   for flag in "" --cuda-graph; do

@@ -270,5 +270,35 @@ TEST(CudaGraphedStep, AnOptimizerThatCannotBeCapturedFailsTheCaptureByName) {
   EXPECT_FALSE(step.graphed());
 }
 
+TEST(CudaGraphedStep, ChangingMomentumAfterTheCaptureFailsTheReplayAndChangesNothing) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Tensor w = random_input({8, 4}, test_seed(), kFloat32).to(Device::cuda()).requires_grad_(true);
+  optim::SGD opt({w}, {.lr = 0.1, .momentum = 0.9});
+  auto step = nn::make_graphed_step(
+      [&](const Tensor& x) {
+        opt.zero_grad();
+        Tensor loss = sum(mul(matmul(x, w), matmul(x, w)));
+        loss.backward();
+        opt.step();
+        return loss;
+      },
+      {.warmup = 1});
+  Tensor x = random_input({3, 8}, test_seed() + 1, kFloat32).to(Device::cuda());
+  step(x);
+  step(x);  // captured and replayed
+  ASSERT_TRUE(step.graphed());
+  const int64_t steps = opt.step_count();
+  const uint64_t offset = default_generator(Device::cuda()).state().offset;
+  const Tensor before = w.detach().clone();
+  *opt.param_groups()[0].momentum = 0.5;
+  EXPECT_NABLA_ERROR(step(x), "SGD: group 0 changed weight_decay/momentum", "only lr may change");
+  EXPECT_EQ(opt.step_count(), steps);
+  EXPECT_EQ(default_generator(Device::cuda()).state().offset, offset);
+  EXPECT_TRUE(all_close(w.detach(), before, 0.0, 0.0));
+  *opt.param_groups()[0].momentum = 0.9;
+  step(x);
+  EXPECT_EQ(opt.step_count(), steps + 1);
+}
+
 }  // namespace
 }  // namespace nabla::testing
