@@ -118,6 +118,27 @@ Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
   return batch_norm_add_relu(x, residual, weight, bias, running_mean, running_var, o);
 }
 
+Tensor BatchNorm2d::forward_relu_conv(const Tensor& y, const ChannelSums& sums, Conv2d& next,
+                                      ChannelSums* out_sums) {
+  if (out_sums) *out_sums = {};
+  if (folded_ || next.bias.defined() || !is_training() || !next.is_training()) return next(forward_relu(y));
+  const BatchNormOptions o = batch_norm_options(y);
+  const auto& c = next.options();
+  return batch_norm_relu_conv2d(
+      y, sums, weight, bias, running_mean, running_var, o, next.weight,
+      {.stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups}, out_sums);
+}
+
+Tensor conv_sums(Conv2d& conv, const Tensor& x, ChannelSums* sums) {
+  NABLA_CHECK(sums != nullptr, "conv_sums: sums must not be null");
+  *sums = {};
+  if (conv.bias.defined() || !conv.is_training()) return conv(x);
+  const auto& c = conv.options();
+  return conv2d_sums(x, conv.weight,
+                     {.stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups},
+                     sums);
+}
+
 void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn) {
   NABLA_CHECK(!bn.folded_, "fold_batch_norm: this BatchNorm2d is folded already");
   NABLA_CHECK(!bn.is_training() && !conv.is_training(),

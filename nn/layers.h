@@ -11,6 +11,7 @@
 
 #include "nabla/nn/module.h"
 #include "nabla/ops/conv.h"
+#include "nabla/ops/conv_bn.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/norm.h"
@@ -79,6 +80,12 @@ class BatchNorm2d : public Module {
   Tensor forward_relu(const Tensor& x);
   // relu(forward(x) + residual), fused where the backend can (the end of a residual block).
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual);
+  // next(relu(forward(y))) for a y whose per-channel sums the convolution that wrote it left
+  // (conv_sums): in training, batch_norm_relu_conv2d, which fuses this layer into the
+  // convolutions on either side where the backend can; otherwise the layers composed. `next`
+  // must have no bias for the fused path. out_sums receives the result's sums.
+  Tensor forward_relu_conv(const Tensor& y, const ChannelSums& sums, Conv2d& next,
+                           ChannelSums* out_sums = nullptr);
   // Whether fold_batch_norm moved this layer into a convolution: forward(x) is then x itself,
   // and forward_relu / forward_add_relu are the ReLU (and the sum) alone.
   bool folded() const { return folded_; }
@@ -98,6 +105,9 @@ class BatchNorm2d : public Module {
 // outputs agree with the unfolded layers to rounding. The layers must stay in eval mode (fold
 // again after loading new weights); training the folded convolution is an error.
 void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn);
+// conv(x) and, where the backend can and conv has no bias, its output's per-channel sums for the
+// batch norm that reads it (conv2d_sums; BatchNorm2d::forward_relu_conv).
+Tensor conv_sums(Conv2d& conv, const Tensor& x, ChannelSums* sums);
 // relu(bn(conv(x)) [+ residual]): the fused batch norm + ReLU (+ add) kernels, or after
 // fold_batch_norm one fused convolution call (conv2d_relu), whose output is written once.
 Tensor conv_bn_relu(Conv2d& conv, BatchNorm2d& bn, const Tensor& x, const Tensor& residual = {});

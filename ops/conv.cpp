@@ -29,6 +29,7 @@
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
@@ -42,18 +43,19 @@ std::atomic<bool> benchmark_on{false};
 std::atomic<bool> tf32_on{true};
 std::atomic<bool> deterministic_on{false};
 
-ops::cuda::CudnnSettings cudnn_settings() {
+std::string pair_str(Pair2 p) {
+  return fmt::format("({}, {})", p[0], p[1]);
+}
+
+}  // namespace
+
+ops::cuda::CudnnSettings ops::cudnn_settings() {
   return {.benchmark = cudnn_benchmark(),
           .allow_tf32 = cudnn_allow_tf32(),
           .deterministic = cudnn_deterministic()};
 }
 
-std::string pair_str(Pair2 p) {
-  return fmt::format("({}, {})", p[0], p[1]);
-}
-
-// Validates the arguments and returns the output's shape (N, O, Ho, Wo).
-Shape check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
+Shape ops::check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
   const char* op = "conv2d";
   ops::check_defined(op, x, "input");
   ops::check_defined(op, w, "weight");
@@ -105,11 +107,20 @@ Shape check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const C
   return out;
 }
 
-ops::ConvParams params_of(const Conv2dOptions& o) {
+ops::ConvParams ops::conv_params(const Conv2dOptions& o) {
   return {.stride = o.stride.values,
           .padding = o.padding.values,
           .dilation = o.dilation.values,
           .groups = o.groups};
+}
+
+namespace {
+
+using ops::check_conv2d;
+using ops::cudnn_settings;
+
+ops::ConvParams params_of(const Conv2dOptions& o) {
+  return ops::conv_params(o);
 }
 
 Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
@@ -230,6 +241,28 @@ void refuse_double_backward(const Tensor& result, const TensorList& inputs, cons
 
 }  // namespace
 
+void ops::record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                        const ConvParams& p) {
+  if (!autograd::needs_grad({x, weight, bias})) return;
+  autograd::record("conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight},
+                   [p](autograd::BackwardContext& ctx) {
+                     const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
+                     const Tensor& x = ctx.saved[0];
+                     const Tensor& w = ctx.saved[1];
+                     Tensor grad_x, grad_w, grad_b;
+                     if (ctx.needs(0)) {
+                       grad_x = input_gradient(g, w, x.sizes(), conv_format(x, w), p);
+                       refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
+                     }
+                     if (ctx.needs(1)) {
+                       grad_w = weight_gradient(g, x, w, p);
+                       refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
+                     }
+                     if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
+                     return TensorList{grad_x, grad_w, grad_b};
+                   });
+}
+
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
   // Autocast: lower precision (before the checks, which need one dtype).
   const auto [x, weight, bias] =
@@ -237,25 +270,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const Shape out = check_conv2d(x, weight, bias, options);
   const ops::ConvParams p = params_of(options);
   Tensor y = forward(x, weight, bias, p, out);
-  if (autograd::needs_grad({x, weight, bias})) {
-    autograd::record("conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight},
-                     [p](autograd::BackwardContext& ctx) {
-                       const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
-                       const Tensor& x = ctx.saved[0];
-                       const Tensor& w = ctx.saved[1];
-                       Tensor grad_x, grad_w, grad_b;
-                       if (ctx.needs(0)) {
-                         grad_x = input_gradient(g, w, x.sizes(), conv_format(x, w), p);
-                         refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
-                       }
-                       if (ctx.needs(1)) {
-                         grad_w = weight_gradient(g, x, w, p);
-                         refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
-                       }
-                       if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
-                       return TensorList{grad_x, grad_w, grad_b};
-                     });
-  }
+  ops::record_conv2d(x, weight, bias, y, p);
   return y;
 }
 

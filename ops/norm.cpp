@@ -18,6 +18,7 @@
 #include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
@@ -28,11 +29,15 @@ using autograd::BackwardContext;
 using ops::cpu::BatchNormInputs;
 using ops::cpu::BatchNormStats;
 
+// Weight, bias and running stats: float32 for 16-bit inputs (as cuDNN wants), x's dtype otherwise.
+DType ops::batch_norm_param_dtype(DType x) {
+  return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
+}
+
 namespace {
 
-// Weight, bias and running stats: float32 for 16-bit inputs (as cuDNN wants), x's dtype otherwise.
 DType param_dtype(DType x) {
-  return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
+  return ops::batch_norm_param_dtype(x);
 }
 
 void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x) {
@@ -47,8 +52,11 @@ void check_channel_tensor(const char* op, const Tensor& t, const char* name, con
               x.device().str(), describe(t));
 }
 
-void validate(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-              const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
+}  // namespace
+
+void ops::validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                              const Tensor& running_mean, const Tensor& running_var,
+                              const BatchNormOptions& options) {
   ops::check_defined(op, x, "input");
   NABLA_CHECK(x.is_floating_point(), "{}: expected a floating-point input, got {}", op, describe(x));
   NABLA_CHECK(x.dim() >= 2, "{}: expected an input of shape (N, C) or (N, C, *), got {}", op, describe(x));
@@ -74,6 +82,8 @@ void validate(const char* op, const Tensor& x, const Tensor& weight, const Tenso
                 describe(x));
   }
 }
+
+namespace {
 
 bool is_channels_last(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous() && x.is_contiguous(MemoryFormat::ChannelsLast);
@@ -295,7 +305,7 @@ Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_arg, c
                         const BatchNormOptions& options) {
   // Autocast: norm statistics (as batch_norm).
   const Tensor x_in = ops::autocast_one(ops::AutocastCategory::NormStatistics, x_arg);
-  validate(op, x_in, weight, bias, running_mean, running_var, options);
+  ops::validate_batch_norm(op, x_in, weight, bias, running_mean, running_var, options);
   if (residual.defined()) {
     NABLA_CHECK(residual.sizes() == x_in.sizes() && residual.dtype() == x_in.dtype() &&
                     residual.device() == x_in.device(),
@@ -320,7 +330,7 @@ Tensor batch_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
                   Tensor& running_var, BatchNormOptions options) {
   // Autocast: norm statistics (x keeps its dtype; the statistics are float32 in the kernels).
   const Tensor x_in = ops::autocast_one(ops::AutocastCategory::NormStatistics, x_arg);
-  validate("batch_norm", x_in, weight, bias, running_mean, running_var, options);
+  ops::validate_batch_norm("batch_norm", x_in, weight, bias, running_mean, running_var, options);
   const Tensor x = dense_input(x_in);
   const Tensor w = contiguous_or_undefined(weight), b = contiguous_or_undefined(bias);
   if (options.training) return batch_norm_training(x, w, b, running_mean, running_var, options);

@@ -7,6 +7,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/autograd/gradcheck.h"
 #include "nabla/ops/conv.h"
+#include "nabla/ops/conv_bn.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/dropout.h"
 #include "nabla/ops/elementwise.h"

@@ -62,7 +62,8 @@ struct TrainBenchOptions {
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   double memory_fraction = 0;
-  bool cuda_graph = false;  // capture the step once and replay it (nn::make_graphed_step)
+  bool cuda_graph = false;     // capture the step once and replay it (nn::make_graphed_step)
+  bool conv_bn_fusion = true;  // batch norms inside the convolutions (set_conv_batch_norm_fusion)
   TorchOptions torch;
   bool torch_compile = true;  // with --compare-pytorch, also torch.compile's rows
   std::string json_path;
@@ -353,6 +354,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"grad_checkpoint", o.grad_checkpoint},
           {"memory_fraction", o.memory_fraction},
           {"cuda_graph", o.cuda_graph && graphed.graphed()},
+          {"conv_bn_fusion", o.conv_bn_fusion},
           {"step_mode", graph_note}};
 }
 
@@ -424,9 +426,9 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
     table.add_row(std::move(cells));
   }
   const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
-  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s\n%s", o.arch.c_str(),
-              static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
-              o.cuda_graph ? ", --cuda-graph" : "",
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s\n%s",
+              o.arch.c_str(), static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
+              o.cuda_graph ? ", --cuda-graph" : "", o.conv_bn_fusion ? "" : ", --no-conv-bn-fusion",
               with_torch ? "; ratio = nabla / PyTorch (eager, and torch.compile where shown)" : "",
               table.render().c_str());
 }
@@ -461,6 +463,7 @@ void run_train(const TrainBenchOptions& o) {
     dist.group = distributed::make_nccl_process_group(*dist.store, 0, 1);
   }
   set_cudnn_benchmark(true);
+  set_conv_batch_norm_fusion(o.conv_bn_fusion);
 
   std::vector<nlohmann::json> rows;
   for (const auto& amp : amps) {
@@ -564,6 +567,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       "Capture the whole training step (forward, loss, backward, scaler, SGD) into one CUDA graph after 3 "
       "eager steps and replay it (nn::make_graphed_step); the peaks then count from the capture");
   cmd->get_option("--phase-times")->excludes(graph_flag);
+  cmd->add_flag("!--no-conv-bn-fusion", o->conv_bn_fusion,
+                "Run the batch norms between convolutions as separate kernels instead of inside the "
+                "convolutions (cuDNN's fusion engines; float16 channels_last only), for comparison");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag("!--no-torch-compile", o->torch_compile,
                 "With --compare-pytorch, skip the torch.compile run (it compiles for a minute or more)");

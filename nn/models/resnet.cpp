@@ -40,10 +40,16 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
   if (downsample) register_module("downsample", *downsample);
 }
 
+// In training, the convolutions and the batch norms between them run as conv_sums and
+// forward_relu_conv (fused on CUDA float16 channels_last: Note [Convolution + batch norm fusion]);
+// in eval, conv_bn_relu (one cuDNN call per layer once folded).
 Tensor BasicBlock::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = conv_bn_relu(conv1, bn1, x);
-  return conv_bn_relu(conv2, bn2, out, identity);
+  if (!is_training()) return conv_bn_relu(conv2, bn2, conv_bn_relu(conv1, bn1, x), identity);
+  ChannelSums sums;
+  Tensor out = conv_sums(conv1, x, &sums);
+  out = bn1.forward_relu_conv(out, sums, conv2);
+  return bn2.forward_add_relu(out, identity);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
@@ -67,9 +73,16 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 
 Tensor Bottleneck::forward(const Tensor& x) {
   Tensor identity = downsample ? downsample->forward(x) : x;
-  Tensor out = conv_bn_relu(conv1, bn1, x);
-  out = conv_bn_relu(conv2, bn2, out);
-  return conv_bn_relu(conv3, bn3, out, identity);
+  if (!is_training()) {
+    Tensor out = conv_bn_relu(conv1, bn1, x);
+    out = conv_bn_relu(conv2, bn2, out);
+    return conv_bn_relu(conv3, bn3, out, identity);
+  }
+  ChannelSums s1, s2;
+  Tensor out = conv_sums(conv1, x, &s1);
+  out = bn1.forward_relu_conv(out, s1, conv2, &s2);
+  out = bn2.forward_relu_conv(out, s2, conv3);
+  return bn3.forward_add_relu(out, identity);
 }
 
 // The stem's BatchNorm and ReLU as one layer of a checkpointed forward, so that it runs the same

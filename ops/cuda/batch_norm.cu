@@ -99,59 +99,6 @@ __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t spli
 
 // ---- elementwise -----------------------------------------------------------------------------
 
-// K coefficients of the V channels of one vector: V consecutive channels (channels_last rows,
-// one vector load per coefficient) or one channel repeated (contiguous planes).
-template <typename A, int V, int K>
-struct ChannelCoefs {
-  A v[K][V];
-  __device__ __forceinline__ void load_row(const A* __restrict__ coef, int64_t channels, int64_t c0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) load_vec<A, V>(coef + k * channels + c0, v[k]);
-  }
-  __device__ __forceinline__ void load_plane(const A* __restrict__ coef, int64_t channels, int64_t c) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const A value = coef[k * channels + c];
-#pragma unroll
-      for (int j = 0; j < V; ++j) v[k][j] = value;
-    }
-  }
-};
-
-// Threads for an elementwise pass: enough for four vectors each, and at least one per vector of
-// a channels_last row (for_each_vector).
-inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inner, int vec) {
-  const int64_t row_vectors = inner == 1 ? channels / vec : 1;
-  return std::max(blocks_for(numel / vec, 4),
-                  static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize));
-}
-
-// Calls body(offset, coefs) for every V-element vector of x's layout, with its channels'
-// coefficients. On channels_last rows each thread keeps one set of V channels for all its rows,
-// so it loads their coefficients once: per element, looking them up would cost more than the
-// data (a warp's 32 lanes touch 32 channels, up to 8 cache lines a coefficient). Consecutive
-// threads take consecutive vectors of a row, then of the next row: coalesced.
-template <typename A, int V, int K, typename Body>
-__device__ __forceinline__ void for_each_vector(int64_t numel, int64_t channels, int64_t inner,
-                                                const A* __restrict__ coef, Body&& body) {
-  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t threads = int64_t{gridDim.x} * blockDim.x;
-  ChannelCoefs<A, V, K> k;
-  if (inner == 1) {
-    const int64_t cols = channels / V, rows = numel / channels;
-    const int64_t row_step = threads / cols;  // >= 1 (elementwise_blocks)
-    if (tid >= row_step * cols) return;
-    const int64_t col = tid % cols;
-    k.load_row(coef, channels, col * V);
-    for (int64_t r = tid / cols; r < rows; r += row_step) body(r * channels + col * V, k);
-    return;
-  }
-  for (int64_t g = tid; g < numel / V; g += threads) {
-    k.load_plane(coef, channels, (g * V / inner) % channels);
-    body(g * V, k);
-  }
-}
-
 // y = (x - mean) * scale + shift per channel; the fused variants add z and/or apply a ReLU to it.
 template <typename T, int V>
 __global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,

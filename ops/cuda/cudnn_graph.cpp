@@ -3,6 +3,7 @@
 // except Plan::execute.
 #include "nabla/ops/cuda/cudnn_graph.h"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -162,6 +163,21 @@ void Graph::pointwise(const Pointwise& pw) {
   operations_.push_back(std::move(op));
 }
 
+void Graph::relu_backward(int64_t x, int64_t dy, int64_t dx) {
+  const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
+  Descriptor& p = settings_.emplace_back(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  p.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+      .set_data_type(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_DATA_FLOAT)
+      .finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, p)
+      .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, find(x))
+      .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, find(dy))
+      .set_desc(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, find(dx))
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
 void Graph::reshape(int64_t x, int64_t y) {
   Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
   op.set_desc(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, find(x))
@@ -183,7 +199,119 @@ void Graph::reduction(cudnnReduceTensorOp_t op_kind, int64_t x, int64_t y) {
   operations_.push_back(std::move(op));
 }
 
+namespace {
+
+Descriptor convolution(const Graph::Conv& c) {
+  const int64_t dims = static_cast<int64_t>(c.stride.size());
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  d.set_data_type(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_DATA_FLOAT)
+      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, dims)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, c.stride)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, c.padding)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, c.padding)
+      .set_int64(CUDNN_ATTR_CONVOLUTION_DILATIONS, c.dilation)
+      .finalize();
+  return d;
+}
+
+}  // namespace
+
+void Graph::conv_forward(const Conv& c, int64_t x, int64_t w, int64_t y) {
+  const Descriptor& conv = settings_.emplace_back(convolution(c));
+  const float one = 1.0f, zero = 0.0f;
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv)
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, find(x))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, find(w))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, find(y))
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &one)
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &zero)
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
+void Graph::conv_backward_data(const Conv& c, int64_t dy, int64_t w, int64_t dx) {
+  const Descriptor& conv = settings_.emplace_back(convolution(c));
+  const float one = 1.0f, zero = 0.0f;
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv)
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, find(dy))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, find(w))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, find(dx))
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &one)
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &zero)
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
+void Graph::conv_backward_filter(const Conv& c, int64_t x, int64_t dy, int64_t dw) {
+  const Descriptor& conv = settings_.emplace_back(convolution(c));
+  const float one = 1.0f, zero = 0.0f;
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
+  op.set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv)
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, find(x))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, find(dy))
+      .set_desc(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, find(dw))
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &one)
+      .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &zero)
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
+void Graph::gen_stats(int64_t x, int64_t sum, int64_t sqsum) {
+  const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+  Descriptor op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode)
+      .set_data_type(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_DATA_FLOAT)
+      .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, find(x))
+      .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, find(sum))
+      .set_desc(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, find(sqsum))
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
+void Graph::batch_norm_backward_weights(const BatchNormBackwardWeights& b) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR);
+  op.set_data_type(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_DATA_FLOAT)
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, find(b.mean))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, find(b.invstd))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, find(b.weight))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, find(b.x))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, find(b.dy))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, find(b.dweight))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, find(b.dbias))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, find(b.eq_dy))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, find(b.eq_x))
+      .set_desc(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, find(b.eq_bias))
+      .finalize();
+  operations_.push_back(std::move(op));
+}
+
 std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) {
+  std::vector<Plan> found = plans(handle, 1, why);
+  if (found.empty()) return std::nullopt;
+  return std::move(found.front());
+}
+
+namespace {
+
+bool is_nondeterministic(cudnnBackendDescriptor_t engine) {
+  std::array<cudnnBackendNumericalNote_t, 16> notes{};
+  int64_t n = 0;
+  if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                               static_cast<int64_t>(notes.size()), &n, notes.data()) != CUDNN_STATUS_SUCCESS)
+    return true;  // unknown: not taken where determinism was asked for
+  for (int64_t i = 0; i < n; ++i)
+    if (notes[static_cast<size_t>(i)] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<Plan> Graph::plans(cudnnHandle_t handle, int limit, std::string* why, bool deterministic) {
+  std::vector<Plan> found;
   Descriptor graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> ops;
   for (const Descriptor& op : operations_) ops.push_back(op.get());
@@ -192,10 +320,14 @@ std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) {
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   if (const cudnnStatus_t s = graph.try_finalize(); s != CUDNN_STATUS_SUCCESS) {
     *why = "the operation graph was rejected: " + last_error(s);
-    return std::nullopt;
+    return found;
   }
+  // Everything the plans were made from, kept alive beside them.
+  auto keep = std::make_shared<std::vector<Descriptor>>();
   std::string reasons;
+  std::vector<int64_t> engines_seen;
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (static_cast<int>(found.size()) >= limit) break;
     Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
     heuristics.set_desc(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
         .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
@@ -217,40 +349,50 @@ std::optional<Plan> Graph::plan(cudnnHandle_t handle, std::string* why) {
                                               raw.data()) != CUDNN_STATUS_SUCCESS) {
       got = 0;
     }
-    for (int64_t i = 0; i < got; ++i) {
+    for (int64_t i = 0; i < got && static_cast<int>(found.size()) < limit; ++i) {
+      Descriptor& config = configs[static_cast<size_t>(i)];
+      int64_t n = 0, index = -1;
+      Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+      cudnnBackendDescriptor_t engine_raw = engine.get();
+      if (cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                   1, &n, &engine_raw) == CUDNN_STATUS_SUCCESS) {
+        cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
+      }
+      if (deterministic && is_nondeterministic(engine_raw)) {
+        reasons += " engine " + std::to_string(index) + ": nondeterministic;";
+        continue;
+      }
+      // The fallback list repeats engines that mode A offered.
+      if (index >= 0 && std::find(engines_seen.begin(), engines_seen.end(), index) != engines_seen.end())
+        continue;
       Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
       plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
-          .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[static_cast<size_t>(i)]);
+          .set_desc(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
       if (const cudnnStatus_t s = plan.try_finalize(); s != CUDNN_STATUS_SUCCESS) {
         reasons += " config " + std::to_string(i) + ": " + last_error(s) + ";";
         continue;
       }
-      int64_t workspace = 0, n = 0;
+      engines_seen.push_back(index);
+      int64_t workspace = 0;
       NABLA_CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                                  CUDNN_TYPE_INT64, 1, &n, &workspace));
-      Descriptor engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-      cudnnBackendDescriptor_t engine_raw = engine.get();
-      int64_t index = -1;
-      if (cudnnBackendGetAttribute(configs[static_cast<size_t>(i)].get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                                   &engine_raw) == CUDNN_STATUS_SUCCESS) {
-        cudnnBackendGetAttribute(engine_raw, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
-      }
-      std::vector<Descriptor> keep;
-      keep.push_back(std::move(configs[static_cast<size_t>(i)]));
-      keep.push_back(std::move(graph));
-      for (Descriptor& d : operations_) keep.push_back(std::move(d));
-      for (Descriptor& d : settings_) keep.push_back(std::move(d));
-      for (Entry& e : tensors_) keep.push_back(std::move(e.desc));
-      operations_.clear(), settings_.clear(), tensors_.clear();
-      return Plan(std::move(plan), std::move(keep), workspace, "cuDNN engine " + std::to_string(index));
+      keep->push_back(std::move(config));
+      found.emplace_back(std::move(plan), keep, workspace, "cuDNN engine " + std::to_string(index));
     }
     if (got == 0)
       reasons += std::string(" heuristics mode ") + (mode == CUDNN_HEUR_MODE_A ? "A" : "fallback") +
                  " offered no engine;";
   }
-  *why = "no engine configuration finalized:" + reasons;
-  return std::nullopt;
+  if (found.empty()) {
+    *why = "no engine configuration finalized:" + reasons;
+    return found;
+  }
+  keep->push_back(std::move(graph));
+  for (Descriptor& d : operations_) keep->push_back(std::move(d));
+  for (Descriptor& d : settings_) keep->push_back(std::move(d));
+  for (Entry& e : tensors_) keep->push_back(std::move(e.desc));
+  operations_.clear(), settings_.clear(), tensors_.clear();
+  return found;
 }
 
 std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims) {

@@ -2,12 +2,12 @@
 // part of cudnn-frontend that nabla needs (cudnn-frontend is not packaged for Debian).
 //
 // A Graph holds tensor descriptors, each named by a unique id (uid), and operations between them
-// (matmul, pointwise, reduction). plan() turns it into an operation graph, asks cuDNN's
-// heuristics for engine configurations and keeps the first one that finalizes into an execution
-// plan. A Plan runs with one device pointer per non-virtual uid (or a host pointer for a by-value
-// scalar) and a workspace of workspace_bytes(). Building a plan costs host time (and sometimes a
-// runtime compilation), so callers cache plans by problem; running one launches kernels on the
-// handle's stream and never synchronizes.
+// (matmul, pointwise, reduction, convolutions, batch-norm statistics). plan() turns it into an
+// operation graph, asks cuDNN's heuristics for engine configurations and keeps the first one that
+// finalizes into an execution plan; plans() keeps the first few, for callers that time them. A Plan runs with
+// one device pointer per non-virtual uid (or a host pointer for a by-value scalar) and a workspace of
+// workspace_bytes(). Building a plan costs host time (and sometimes a runtime compilation), so callers cache
+// plans by problem; running one launches kernels on the handle's stream and never synchronizes.
 //
 //   Graph g;
 //   g.tensor(kQ, CUDNN_DATA_BFLOAT16, dims, strides);
@@ -20,6 +20,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -58,7 +59,8 @@ class Descriptor {
 // A finalized execution plan.
 class Plan {
  public:
-  Plan(Descriptor plan, std::vector<Descriptor> keep, int64_t workspace_bytes, std::string engine)
+  Plan(Descriptor plan, std::shared_ptr<const std::vector<Descriptor>> keep, int64_t workspace_bytes,
+       std::string engine)
       : plan_(std::move(plan)),
         keep_(std::move(keep)),
         workspace_bytes_(workspace_bytes),
@@ -71,9 +73,9 @@ class Plan {
 
  private:
   Descriptor plan_;
-  // The engine configuration, operation graph, operations and tensors the plan was made from,
-  // kept alive beside it as cudnn-frontend keeps them.
-  std::vector<Descriptor> keep_;
+  // The engine configurations, operation graph, operations and tensors the plan was made from,
+  // kept alive beside it as cudnn-frontend keeps them (shared by the plans of one graph).
+  std::shared_ptr<const std::vector<Descriptor>> keep_;
   int64_t workspace_bytes_;
   std::string engine_;
 };
@@ -107,13 +109,37 @@ class Graph {
     cudnnDataType_t math = CUDNN_DATA_FLOAT;
   };
   void pointwise(const Pointwise& p);
+  // dx = dy where x > 0, else 0 (ReLU's gradient, from the ReLU's input x).
+  void relu_backward(int64_t x, int64_t dy, int64_t dx);
   void reduction(cudnnReduceTensorOp_t op, int64_t x, int64_t y);  // over the dims where y has size 1
   void reshape(int64_t x, int64_t y);  // y views x's elements with its own dims and strides
+
+  // 2-d cross-correlation (what deep learning calls convolution), float32 accumulation. Tensors
+  // are declared with NCHW dims (filters KCRS) and their real strides.
+  struct Conv {
+    std::vector<int64_t> stride, padding, dilation;
+  };
+  void conv_forward(const Conv& c, int64_t x, int64_t w, int64_t y);            // y = conv(x, w)
+  void conv_backward_data(const Conv& c, int64_t dy, int64_t w, int64_t dx);    // dx = dgrad(dy, w)
+  void conv_backward_filter(const Conv& c, int64_t x, int64_t dy, int64_t dw);  // dw = wgrad(x, dy)
+  // sum and sqsum (1, C, 1, 1): the per-channel sums of x and of its squares (float32).
+  void gen_stats(int64_t x, int64_t sum, int64_t sqsum);
+  // A training batch norm's backward reductions, for x with saved mean and invstd, weight
+  // (gamma) and the gradient dy of its output: dweight, dbias, and the per-channel coefficients
+  // of dx = eq_dy * dy + eq_x * x + eq_bias. Every tensor but x and dy is (1, C, 1, 1) float32.
+  struct BatchNormBackwardWeights {
+    int64_t x, dy, mean, invstd, weight, dweight, dbias, eq_dy, eq_x, eq_bias;
+  };
+  void batch_norm_backward_weights(const BatchNormBackwardWeights& b);
 
   // The first engine configuration (heuristics mode A, then the fallback list) that finalizes.
   // Returns nullopt and says why in `why` when none does. A graph makes one plan: a plan takes
   // the graph's descriptors with it.
   std::optional<Plan> plan(cudnnHandle_t handle, std::string* why);
+  // Up to `limit` plans in the heuristics' order (empty, with `why`, when none finalizes), only
+  // engines without cuDNN's NONDETERMINISTIC note when `deterministic`. They share the graph's
+  // descriptors; the graph is spent.
+  std::vector<Plan> plans(cudnnHandle_t handle, int limit, std::string* why, bool deterministic = false);
 
   static constexpr int64_t kFirstVirtualUid = 1000;
 

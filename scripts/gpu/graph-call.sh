@@ -11,7 +11,9 @@
 #   fuse    nabla-bench infer --cuda-graph with and without --fuse (batch norms folded into the
 #           convolutions), the fused one beside PyTorch eager and reduce-overhead;
 #   cuda    only the CUDA test binary (with $FIRST first), not the other suites;
-#   demo    nabla-train on Fashion-MNIST (the ResNet-18 demo) without and with --cuda-graph.
+#   demo    nabla-train on Fashion-MNIST (the ResNet-18 demo) without and with --cuda-graph;
+#   fusion  nabla_bench_conv_bn_fusion (ResNet-50's convolutions with the batch-norm work fused
+#           in), and ResNet-50 fp16 --cuda-graph with --no-conv-bn-fusion, for the train rows.
 # Logs go under $OUT; a short summary comes last.
 set -uo pipefail
 out=${OUT:-/tmp/nabla-gpu}
@@ -54,6 +56,10 @@ if has train; then
     rn50 --amp $amp --cuda-graph > "$out/rn50_${amp}_graph.log" 2>&1
   done
 fi
+if has fusion; then
+  timeout 150 "$build/bench/nabla_bench_conv_bn_fusion" 10 > "$out/conv_bn_fusion.log" 2>&1
+  rn50 --amp fp16 --cuda-graph --no-conv-bn-fusion > "$out/rn50_fp16_graph_unfused.log" 2>&1
+fi
 if has torch; then
   timeout 540 "$bench" train --arch resnet50 --batch-size 256 --channels-last --steps 30 --amp fp16,bf16 \
     --cuda-graph --compare-pytorch > "$out/rn50_torch.log" 2>&1
@@ -79,6 +85,7 @@ fi
 echo "== train"
 for f in "$out"/rn50_*.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; grep -E '^step:|img/s total' "$f"; }; done
 [[ -f $out/rn50_torch.log ]] && sed -n '/^resnet50 train, batch/,$p' "$out/rn50_torch.log"
+[[ -f $out/conv_bn_fusion.log ]] && { echo "== conv_bn_fusion"; grep -v '^  ' "$out/conv_bn_fusion.log"; }
 echo "== infer"
 for f in "$out"/infer_*.log; do [[ -f $f ]] && { echo "-- $(basename "$f")"; sed -n '/inference (eval/,$p' "$f"; }; done
 echo "== demo"

@@ -1,0 +1,223 @@
+// conv2d_sums and batch_norm_relu_conv2d: the front ends of the fused convolution + batch norm
+// path (Note [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp).
+//
+// batch_norm_relu_conv2d's fused forward takes the batch statistics from the sums the previous
+// convolution left, folds the batch norm into a per-channel float16 scale and shift (the running
+// stats are updated on the way), and runs the next convolution with relu(y * scale + shift)
+// applied in its load, summing its output for the next batch norm. Its node saves y, never
+// relu(bn(y)). The backward runs two fused convolutions: the weight gradient recomputes the
+// prologue in its load, and the data gradient masks its output with the ReLU (recomputed from y
+// and the saved statistics) and reduces it for the batch norm's backward, whose input gradient
+// is then one elementwise pass. A pattern cuDNN has no engine for runs as its unfused
+// equivalent from the same scale and shift (the prologue written out, a plain convolution, nabla's
+// batch-norm backward), with the same values up to rounding.
+#include "nabla/ops/conv_bn.h"
+
+#include <atomic>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cuda/conv_bn_kernels.h"
+#include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/detail/layer_checks.h"
+#include "nabla/ops/elementwise.h"
+#include "nabla/ops/factory.h"
+
+namespace nabla {
+
+bool ChannelSums::describes(const Tensor& y) const {
+  return sum.defined() && y.defined() && !tensor.expired() && tensor.lock() == y.impl_ptr() &&
+         y.version() == version && sum.numel() == y.size(1);
+}
+
+namespace {
+
+std::atomic<bool> fusion_on{true};
+
+constexpr MemoryFormat kChannelsLast = MemoryFormat::ChannelsLast;
+
+bool is_channels_last(const Tensor& t) {
+  return t.dim() == 4 && t.is_contiguous(kChannelsLast);
+}
+
+Tensor empty_channels_last(const Shape& sizes, const Tensor& like) {
+  return Tensor::empty(sizes,
+                       {.dtype = like.dtype(), .device = like.device(), .memory_format = kChannelsLast});
+}
+
+Tensor per_channel(int64_t channels, const Tensor& like, DType dtype = kFloat32) {
+  return Tensor::empty({channels}, {.dtype = dtype, .device = like.device()});
+}
+
+// The activations the fused convolutions take: CUDA, channels_last float16, one group.
+// bfloat16 stays out: cuDNN's statistics (GEN_STATS) are documented for float16 and float32 only,
+// and a bfloat16 scale and shift would be too coarse for the prologue.
+bool fusable(const Tensor& x, const Tensor& w, const Conv2dOptions& conv) {
+  return conv_batch_norm_fusion() && x.is_cuda() && x.dtype() == kFloat16 && w.dtype() == x.dtype() &&
+         is_channels_last(x) && conv.groups == 1 && x.numel() > 0;
+}
+
+// The fused path exists on CUDA only (fusable() and the sums see to it); its kernels are called
+// through dispatch so that a build without CUDA compiles them away.
+void on_cuda(const char* op, const Tensor& t, const auto& cuda) {
+  ops::dispatch(
+      op, t, [op] { NABLA_ASSERT(false, "{}: the fused path is CUDA only", op); }, cuda);
+}
+
+Tensor affine_relu(const Tensor& y, const Tensor& scale, const Tensor& shift) {
+  Tensor a = empty_channels_last(y.sizes(), y);
+  on_cuda("batch_norm_affine_relu", y, [&] { ops::cuda::batch_norm_affine_relu(y, scale, shift, a); });
+  return a;
+}
+
+// What the fused forward leaves for its backward.
+struct Saved {
+  Tensor y, gamma, beta, w, mean, invstd, scale, shift;
+};
+
+// dy, dgamma, dbeta, dw for z = conv(relu(bn(y)), w).
+TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvParams& p,
+                          const std::vector<bool>& needs) {
+  TensorList grads(4);
+  {
+    NoGradGuard no_grad;
+    const ops::cuda::CudnnSettings settings = ops::cudnn_settings();
+    const Tensor dz = grad.contiguous(kChannelsLast);
+    on_cuda("batch_norm_relu_conv2d_backward", dz, [&] {
+      const ops::cuda::AffineRelu prologue{.scale = s.scale, .bias = s.shift};
+      if (needs[3]) {
+        Tensor dw = empty_channels_last(s.w.sizes(), s.w);
+        if (!ops::cuda::conv2d_backward_weight_affine_relu(dz, s.y, prologue, dw, p, settings))
+          ops::cuda::conv2d_backward_weight(dz, affine_relu(s.y, s.scale, s.shift), dw, p, settings);
+        grads[3] = dw;
+      }
+      if (needs[0] || needs[1] || needs[2]) {
+        const int64_t c = s.y.size(1);
+        Tensor dy = empty_channels_last(s.y.sizes(), s.y);
+        Tensor dgamma = per_channel(c, s.y), dbeta = per_channel(c, s.y);
+        Tensor grad_pre = empty_channels_last(s.y.sizes(), s.y);
+        const Tensor coefficients = per_channel(3 * c, s.y);
+        const ops::cuda::BatchNormBackwardCoefficients out{.dweight = dgamma,
+                                                           .dbias = dbeta,
+                                                           .eq_dy = coefficients.narrow(0, 0, c),
+                                                           .eq_x = coefficients.narrow(0, c, c),
+                                                           .eq_bias = coefficients.narrow(0, 2 * c, c)};
+        if (ops::cuda::conv2d_backward_input_batch_norm_relu(
+                dz, s.w, s.y, {s.mean, s.invstd, s.gamma, s.beta}, grad_pre, out, p, settings)) {
+          ops::cuda::batch_norm_grad_from_coefficients(grad_pre, s.y, coefficients, dy);
+        } else {
+          ops::cuda::conv2d_backward_input(dz, s.w, grad_pre, p, settings);
+          ops::cuda::batch_norm_backward_kernel(
+              grad_pre, s.y, s.gamma, {s.mean, s.invstd},
+              {.dx = dy, .dresidual = Tensor(), .dweight = dgamma, .dbias = dbeta},
+              affine_relu(s.y, s.scale, s.shift));
+        }
+        grads[0] = dy, grads[1] = dgamma, grads[2] = dbeta;
+      }
+    });
+  }
+  if (autograd::needs_grad({grad, s.y, s.w, s.gamma, s.beta})) {
+    autograd::record("batch_norm_relu_conv2d_backward", {grad, s.y, s.w, s.gamma, s.beta}, grads, {},
+                     [](autograd::BackwardContext&) -> TensorList {
+                       NABLA_CHECK(false,
+                                   "batch_norm_relu_conv2d_backward: double backward through this op is not "
+                                   "supported");
+                       return {};
+                     });
+  }
+  return grads;
+}
+
+}  // namespace
+
+void set_conv_batch_norm_fusion(bool enabled) {
+  fusion_on.store(enabled, std::memory_order_relaxed);
+}
+bool conv_batch_norm_fusion() {
+  return fusion_on.load(std::memory_order_relaxed);
+}
+
+Tensor conv2d_sums(const Tensor& x_in, const Tensor& weight_in, Conv2dOptions options, ChannelSums* sums) {
+  NABLA_CHECK(sums != nullptr, "conv2d_sums: sums must not be null");
+  *sums = {};
+  if (!x_in.defined() || !x_in.is_cuda()) return conv2d(x_in, weight_in, {}, options);
+  const auto [x, weight] = ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in});
+  const Shape out = ops::check_conv2d(x, weight, {}, options);
+  if (!fusable(x, weight, options)) return conv2d(x, weight, {}, options);
+  Tensor y = empty_channels_last(out, x);
+  const Tensor sum = per_channel(out[1], x), sqsum = per_channel(out[1], x);
+  const ops::ConvParams p = ops::conv_params(options);
+  bool fused = false;
+  on_cuda("conv2d_sums", x, [&] {
+    NoGradGuard no_grad;
+    fused = ops::cuda::conv2d_forward_stats(x, {}, weight.contiguous(kChannelsLast), y, sum, sqsum, p,
+                                            ops::cudnn_settings());
+  });
+  if (!fused) return conv2d(x, weight, {}, options);
+  ops::record_conv2d(x, weight, Tensor(), y, p);
+  *sums = {.sum = sum, .sqsum = sqsum, .tensor = y.impl_ptr(), .version = y.version()};
+  return y;
+}
+
+Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const Tensor& bn_weight,
+                              const Tensor& bn_bias, Tensor& running_mean, Tensor& running_var,
+                              BatchNormOptions bn, const Tensor& weight_in, Conv2dOptions conv,
+                              ChannelSums* out_sums) {
+  if (out_sums) *out_sums = {};
+  const auto composed = [&] {
+    return conv2d(batch_norm_relu(y_in, bn_weight, bn_bias, running_mean, running_var, bn), weight_in, {},
+                  conv);
+  };
+  if (!bn.training || !y_in.defined() || !y_in.is_cuda() || !sums.describes(y_in) || !bn_weight.defined() ||
+      !bn_bias.defined())
+    return composed();
+  // Autocast: the batch norm keeps y's dtype, the convolution runs in the lower precision.
+  const Tensor& y = y_in;
+  const Tensor weight = ops::autocast_one(ops::AutocastCategory::LowerPrecision, weight_in);
+  ops::validate_batch_norm("batch_norm_relu_conv2d", y, bn_weight, bn_bias, running_mean, running_var, bn);
+  const Shape out = ops::check_conv2d(y, weight, {}, conv);
+  if (!fusable(y, weight, conv)) return composed();
+
+  const int64_t c = y.size(1);
+  const ops::ConvParams p = ops::conv_params(conv);
+  const ops::cuda::CudnnSettings settings = ops::cudnn_settings();
+  Saved s{.y = y,
+          .gamma = bn_weight.contiguous(),
+          .beta = bn_bias.contiguous(),
+          .w = weight.contiguous(kChannelsLast),
+          .mean = per_channel(c, y),
+          .invstd = per_channel(c, y),
+          .scale = per_channel(c, y, y.dtype()),
+          .shift = per_channel(c, y, y.dtype())};
+  Tensor z = empty_channels_last(out, y);
+  const Tensor z_sum = per_channel(out[1], y), z_sqsum = per_channel(out[1], y);
+  bool fused = false;
+  on_cuda("batch_norm_relu_conv2d", y, [&] {
+    NoGradGuard no_grad;
+    ops::cuda::batch_norm_stats_from_sums(sums.sum, sums.sqsum, y.numel() / c,
+                                          {y, s.gamma, s.beta, running_mean, running_var}, {s.mean, s.invstd},
+                                          bn.momentum, bn.eps, s.scale, s.shift);
+    if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
+    fused = ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum, z_sqsum, p,
+                                            settings);
+    if (!fused) ops::cuda::conv2d_forward(affine_relu(y, s.scale, s.shift), s.w, Tensor(), z, p, settings);
+  });
+  if (fused && out_sums)
+    *out_sums = {.sum = z_sum, .sqsum = z_sqsum, .tensor = z.impl_ptr(), .version = z.version()};
+  if (autograd::needs_grad({y, bn_weight, bn_bias, weight})) {
+    const MemoryFormat w_format = weight.suggest_memory_format();
+    autograd::record("BatchNormReluConv2dBackward", {y, bn_weight, bn_bias, weight}, {z},
+                     {s.y, s.gamma, s.beta, s.w, s.mean, s.invstd, s.scale, s.shift},
+                     [p, w_format](autograd::BackwardContext& ctx) {
+                       const TensorList& v = ctx.saved;
+                       const Saved saved{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+                       TensorList grads = fused_backward(ctx.grad(), saved, p, ctx.needs_input_grad);
+                       if (grads[3].defined()) grads[3] = grads[3].contiguous(w_format);
+                       return grads;
+                     });
+  }
+  return z;
+}
+
+}  // namespace nabla

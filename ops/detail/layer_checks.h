@@ -1,0 +1,29 @@
+// Internal (ops/*.cpp). The argument checks and settings that conv2d and batch_norm share with
+// the ops built from them (ops/conv_bn.cpp), so each is written once.
+#pragma once
+
+#include "nabla/core/tensor.h"
+#include "nabla/ops/conv.h"
+#include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/norm.h"
+
+namespace nabla::ops {
+
+// Validates conv2d's arguments and returns the output's shape (N, O, Ho, Wo) (ops/conv.cpp).
+Shape check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o);
+ConvParams conv_params(const Conv2dOptions& o);
+// Records conv2d's backward for y = conv2d(x, weight, bias) when any of them needs a gradient.
+void record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                   const ConvParams& p);
+// The process-wide cuDNN switches, read once per call (ops/conv.cpp owns them).
+cuda::CudnnSettings cudnn_settings();
+
+// Validates batch_norm's arguments for `op` (ops/norm.cpp).
+void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var,
+                         const BatchNormOptions& options);
+// Weight, bias and running stats: float32 for 16-bit inputs, x's dtype otherwise.
+DType batch_norm_param_dtype(DType x);
+
+}  // namespace nabla::ops

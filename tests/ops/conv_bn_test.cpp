@@ -1,0 +1,72 @@
+// conv2d_sums and batch_norm_relu_conv2d where nothing fuses (the CPU): the values, running-stat
+// updates and gradients of the composed ops, sums left undefined, and clear errors. The fused
+// CUDA path is checked against these compositions in tests/cuda/conv_bn_fusion_test.cpp.
+#include <cmath>
+
+#include "test_util.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+
+TEST(ConvBatchNorm, SumsAreLeftUndefinedWhereNothingFuses) {
+  const uint64_t seed = test_seed();
+  const Tensor x = random_input({2, 3, 6, 6}, seed), w = random_input({4, 3, 3, 3}, seed + 1);
+  ChannelSums sums;
+  sums.tensor = x.impl_ptr();  // stale contents are cleared
+  const Tensor y = conv2d_sums(x, w, {.padding = 1}, &sums);
+  EXPECT_FALSE(sums.sum.defined());
+  EXPECT_FALSE(sums.describes(y));
+  EXPECT_TRUE(all_close(y, conv2d(x, w, {}, {.padding = 1}), 1e-12, 1e-12));
+  EXPECT_NABLA_ERROR(conv2d_sums(x, w, {}, nullptr), "sums must not be null");
+}
+
+TEST(ConvBatchNorm, BatchNormReluConvIsTheComposition) {
+  const uint64_t seed = test_seed();
+  const Tensor y0 = random_input({3, 4, 5, 5}, seed), w0 = random_input({6, 4, 3, 3}, seed + 1);
+  const Tensor gamma0 = random_input({4}, seed + 2), beta0 = random_input({4}, seed + 3);
+  const Tensor rm0 = random_input({4}, seed + 4), rv0 = random_input({4}, seed + 5).abs() + 0.5;
+  const BatchNormOptions bn{.momentum = 0.2, .eps = 1e-4};
+  const Conv2dOptions conv{.stride = 2, .padding = 1};
+  const Tensor r = random_input({3, 6, 3, 3}, seed + 6);
+  struct Run {
+    Tensor out, rm, rv;
+    TensorList grads;
+  };
+  const auto run = [&](bool joined) {
+    Tensor y = y0.clone().requires_grad_(), w = w0.clone().requires_grad_();
+    Tensor gamma = gamma0.clone().requires_grad_(), beta = beta0.clone().requires_grad_();
+    Tensor rm = rm0.clone(), rv = rv0.clone();
+    ChannelSums out_sums;
+    Tensor out = joined
+                     ? batch_norm_relu_conv2d(y, ChannelSums{}, gamma, beta, rm, rv, bn, w, conv, &out_sums)
+                     : conv2d(batch_norm_relu(y, gamma, beta, rm, rv, bn), w, {}, conv);
+    EXPECT_FALSE(out_sums.sum.defined());
+    (out * r).sum().backward();
+    return Run{out, rm, rv, {y.grad(), w.grad(), gamma.grad(), beta.grad()}};
+  };
+  const Run got = run(true), want = run(false);
+  EXPECT_TRUE(all_close(got.out, want.out, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(got.rm, want.rm, 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(got.rv, want.rv, 1e-12, 1e-12));
+  EXPECT_FALSE(all_close(got.rm, rm0, 1e-6, 1e-6));  // the running stats did move
+  for (size_t i = 0; i < got.grads.size(); ++i)
+    EXPECT_TRUE(all_close(got.grads[i], want.grads[i], 1e-12, 1e-12)) << "gradient " << i;
+}
+
+TEST(ConvBatchNorm, BadArgumentsNameTheProblem) {
+  const uint64_t seed = test_seed();
+  const Tensor y = random_input({2, 4, 5, 5}, seed), w = random_input({6, 3, 3, 3}, seed + 1);
+  Tensor gamma = ones({4}, {.dtype = kFloat64}), beta = zeros({4}, {.dtype = kFloat64});
+  Tensor rm = zeros({4}, {.dtype = kFloat64}), rv = ones({4}, {.dtype = kFloat64});
+  // The convolution expects 3 input channels; the batch norm's output has 4.
+  EXPECT_NABLA_ERROR(batch_norm_relu_conv2d(y, {}, gamma, beta, rm, rv, {}, w, {}), "has 4 channels");
+  Tensor short_gamma = ones({3}, {.dtype = kFloat64});
+  EXPECT_NABLA_ERROR(
+      batch_norm_relu_conv2d(y, {}, short_gamma, beta, rm, rv, {}, random_input({6, 4, 1, 1}, seed), {}),
+      "expected weight of shape [4]");
+}
+
+}  // namespace
+}  // namespace nabla
