@@ -119,10 +119,6 @@ namespace {
 using ops::check_conv2d;
 using ops::cudnn_settings;
 
-ops::ConvParams params_of(const Conv2dOptions& o) {
-  return ops::conv_params(o);
-}
-
 Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
   return Tensor::empty(sizes, {.dtype = like.dtype(), .device = like.device(), .memory_format = format});
 }
@@ -268,7 +264,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const auto [x, weight, bias] =
       ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
   const Shape out = check_conv2d(x, weight, bias, options);
-  const ops::ConvParams p = params_of(options);
+  const ops::ConvParams p = ops::conv_params(options);
   Tensor y = forward(x, weight, bias, p, out);
   ops::record_conv2d(x, weight, bias, y, p);
   return y;
@@ -300,7 +296,8 @@ Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
       "conv2d_relu", x, [] { return false; },
       [&] {
         return ops::cuda::conv2d_forward_relu(x.contiguous(format), weight.contiguous(format),
-                                              bias.contiguous(), r, y, params_of(options), cudnn_settings());
+                                              bias.contiguous(), r, y, ops::conv_params(options),
+                                              cudnn_settings());
       });
   return fused ? y : composed();
 }

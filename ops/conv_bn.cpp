@@ -52,10 +52,13 @@ Tensor per_channel(int64_t channels, const Tensor& like, DType dtype = kFloat32)
 
 // The activations the fused convolutions take: CUDA, channels_last float16, one group.
 // bfloat16 stays out: cuDNN's statistics (GEN_STATS) are documented for float16 and float32 only,
-// and a bfloat16 scale and shift would be too coarse for the prologue.
+// and a bfloat16 scale and shift would be too coarse for the prologue. So does deterministic mode
+// (set_cudnn_deterministic): the fused engines' per-channel reductions differ in their last bits
+// from run to run on an H200 (a graphed and an eager ResNet step stopped agreeing bit for bit),
+// although cuDNN does not note those engines as nondeterministic.
 bool fusable(const Tensor& x, const Tensor& w, const Conv2dOptions& conv) {
-  return conv_batch_norm_fusion() && x.is_cuda() && x.dtype() == kFloat16 && w.dtype() == x.dtype() &&
-         is_channels_last(x) && conv.groups == 1 && x.numel() > 0;
+  return conv_batch_norm_fusion() && !cudnn_deterministic() && x.is_cuda() && x.dtype() == kFloat16 &&
+         w.dtype() == x.dtype() && is_channels_last(x) && conv.groups == 1 && x.numel() > 0;
 }
 
 // The fused path exists on CUDA only (fusable() and the sums see to it); its kernels are called
@@ -142,7 +145,10 @@ Tensor conv2d_sums(const Tensor& x_in, const Tensor& weight_in, Conv2dOptions op
   NABLA_CHECK(sums != nullptr, "conv2d_sums: sums must not be null");
   *sums = {};
   if (!x_in.defined() || !x_in.is_cuda()) return conv2d(x_in, weight_in, {}, options);
-  const auto [x, weight] = ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in});
+  // Named tensors, not a structured binding: lambdas below capture them.
+  const auto cast = ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in});
+  const Tensor& x = cast[0];
+  const Tensor& weight = cast[1];
   const Shape out = ops::check_conv2d(x, weight, {}, options);
   if (!fusable(x, weight, options)) return conv2d(x, weight, {}, options);
   Tensor y = empty_channels_last(out, x);
@@ -199,8 +205,11 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
                                           {y, s.gamma, s.beta, running_mean, running_var}, {s.mean, s.invstd},
                                           bn.momentum, bn.eps, s.scale, s.shift);
     if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
-    fused = ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum, z_sqsum, p,
-                                            settings);
+    // Without sums wanted, a pointwise convolution runs faster as its GEMM on the written-out
+    // prologue than as the fused engine (as in the backward above).
+    const bool gemm = out_sums == nullptr && ops::cuda::conv2d_is_pointwise_gemm(y, s.w, p);
+    fused = !gemm && ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum,
+                                                     z_sqsum, p, settings);
     if (!fused) ops::cuda::conv2d_forward(affine_relu(y, s.scale, s.shift), s.w, Tensor(), z, p, settings);
   });
   if (fused && out_sums)

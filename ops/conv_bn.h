@@ -9,15 +9,15 @@
 // gives the values, gradients and running-stat updates of
 //   y1 = conv2d(x, w1);
 //   y2 = conv2d(batch_norm_relu(y1, gamma1, beta1, running_mean1, running_var1), w2, {}, {.padding = 1});
-// On CUDA, for channels_last float16 training (bfloat16 composes), the work moves into the convolutions (Note
-// [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp): the convolution that writes
-// y1 also sums it per channel, so the batch norm never reads y1 for its statistics; the batch
-// norm and ReLU are applied while the next convolution loads y1, so relu(bn(y1)) is never
-// written or kept for the backward; and the backward masks, reduces and applies the batch norm's
-// gradient around the data-gradient convolution. Where that cannot run (the CPU, eval, other
-// dtypes or layouts, a convolution bias, groups, a shape cuDNN has no engine for) the ops are
-// composed, and the sums are left undefined. Results agree with the composition within float16
-// rounding; the batch norm's scale and shift are rounded to float16 in the fused load.
+// On CUDA, for channels_last float16 training (bfloat16 and set_cudnn_deterministic(true) compose), the work
+// moves into the convolutions (Note [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp): the
+// convolution that writes y1 also sums it per channel, so the batch norm never reads y1 for its statistics;
+// the batch norm and ReLU are applied while the next convolution loads y1, so relu(bn(y1)) is never written
+// or kept for the backward; and the backward masks, reduces and applies the batch norm's gradient around the
+// data-gradient convolution. Where that cannot run (the CPU, eval, other dtypes or layouts, a convolution
+// bias, groups, a shape cuDNN has no engine for) the ops are composed, and the sums are left undefined.
+// Results agree with the composition within float16 rounding; the batch norm's scale and shift are rounded to
+// float16 in the fused load.
 #pragma once
 
 #include <cstdint>

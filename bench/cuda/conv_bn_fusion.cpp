@@ -6,11 +6,13 @@
 //
 //   ./build/cuda/bench/nabla_bench_conv_bn_fusion [runs, default 20]
 //
-// Columns (us): fwd = conv; +st = conv + per-channel sums of y and y^2; p+st = the same with the
-// previous batch norm's scale-bias-ReLU applied in the load; dgrad; dg+m = dgrad masked by that
-// ReLU; dg+bn = dgrad masked by a batch norm + ReLU recomputed from x, with that batch norm's backward
-// reductions; wgrad; p+wg = wgrad
-// recomputing the scale-bias-ReLU in the load. The last row weighs each shape by its count.
+// Columns (us): fwd = the plain convolution (cuDNN's legacy API, or cuBLASLt for 1x1 stride 1);
+// +st = conv + per-channel sums of y and y^2; p+st = the same with the previous batch norm's
+// scale-bias-ReLU (float32 scale and bias) applied in the load; dgrad; dg+m = dgrad masked by
+// that ReLU; dg+bn = dgrad masked by a batch norm + ReLU recomputed from x, with that batch
+// norm's backward reductions; wgrad; p+wg = wgrad recomputing the scale-bias-ReLU in the load;
+// h:p+st and h:p+wg = p+st and p+wg with float16 scale and bias (the form the library uses).
+// The last row weighs each shape by its count.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

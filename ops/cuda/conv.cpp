@@ -501,6 +501,10 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor&
   run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, settings);
 }
 
+bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p) {
+  return is_pointwise_gemm(act, w, p);
+}
+
 void clear_conv_algorithm_cache() {
   auto& cache = algo_cache();
   std::lock_guard lock(cache.mutex);

@@ -33,6 +33,11 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
                             const CudnnSettings& settings);
 
+// Whether a convolution of these tensors runs as one cuBLASLt GEMM (Note [Pointwise convolutions
+// as GEMMs] in conv.cpp): 1x1, stride 1, no padding, one group, channels_last 16/32-bit. `act`
+// is x or grad_x.
+bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p);
+
 // Forgets every cached algorithm choice (tests; a changed workspace budget).
 void clear_conv_algorithm_cache();
 // How many (shape, direction, settings) choices are cached.

@@ -362,7 +362,8 @@ std::vector<Plan> Graph::plans(cudnnHandle_t handle, int limit, std::string* why
         reasons += " engine " + std::to_string(index) + ": nondeterministic;";
         continue;
       }
-      // The fallback list repeats engines that mode A offered.
+      // One plan per engine: the fallback list repeats engines mode A offered, and a second
+      // configuration of an engine is rarely the faster one.
       if (index >= 0 && std::find(engines_seen.begin(), engines_seen.end(), index) != engines_seen.end())
         continue;
       Descriptor plan(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);

@@ -133,8 +133,7 @@ class Graph {
   void batch_norm_backward_weights(const BatchNormBackwardWeights& b);
 
   // The first engine configuration (heuristics mode A, then the fallback list) that finalizes.
-  // Returns nullopt and says why in `why` when none does. A graph makes one plan: a plan takes
-  // the graph's descriptors with it.
+  // Returns nullopt and says why in `why` when none does. The graph is spent (plans() for more).
   std::optional<Plan> plan(cudnnHandle_t handle, std::string* why);
   // Up to `limit` plans in the heuristics' order (empty, with `why`, when none finalizes), only
   // engines without cuDNN's NONDETERMINISTIC note when `deterministic`. They share the graph's
