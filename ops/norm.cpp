@@ -29,15 +29,11 @@ using autograd::BackwardContext;
 using ops::cpu::BatchNormInputs;
 using ops::cpu::BatchNormStats;
 
-// Weight, bias and running stats: float32 for 16-bit inputs (as cuDNN wants), x's dtype otherwise.
-DType ops::batch_norm_param_dtype(DType x) {
-  return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
-}
-
 namespace {
 
+// Weight, bias and running stats: float32 for 16-bit inputs (as cuDNN wants), x's dtype otherwise.
 DType param_dtype(DType x) {
-  return ops::batch_norm_param_dtype(x);
+  return x == kFloat16 || x == kBFloat16 ? kFloat32 : x;
 }
 
 void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x) {

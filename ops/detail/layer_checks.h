@@ -23,7 +23,5 @@ cuda::CudnnSettings cudnn_settings();
 void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var,
                          const BatchNormOptions& options);
-// Weight, bias and running stats: float32 for 16-bit inputs, x's dtype otherwise.
-DType batch_norm_param_dtype(DType x);
 
 }  // namespace nabla::ops
