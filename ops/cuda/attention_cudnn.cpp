@@ -41,8 +41,11 @@ namespace nabla::ops::cuda {
 
 namespace {
 
+using cudnn_graph::dims_of;
 using cudnn_graph::Graph;
+using cudnn_graph::io_type;
 using cudnn_graph::Plan;
+using cudnn_graph::strides_of;
 
 // The uids of the graphs' real tensors. k and v are declared read transposed, (B, H, D, Tk), for
 // the matmuls that need k^T and v^T; the backward also reads k untransposed through a reshape.
@@ -63,21 +66,10 @@ enum Uid : int64_t {
   kDqSum
 };
 
-std::vector<int64_t> dims_of(const Tensor& t) {
-  return {t.sizes().begin(), t.sizes().end()};
-}
-std::vector<int64_t> strides_of(const Tensor& t) {
-  return {t.strides().begin(), t.strides().end()};
-}
-
 // (B, H, T, D) -> (B, H, D, T): the same memory read transposed.
 std::vector<int64_t> transposed(std::vector<int64_t> v) {
   std::swap(v[2], v[3]);
   return v;
-}
-
-cudnnDataType_t io_type(const Tensor& t) {
-  return t.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
 }
 
 // Why cuDNN cannot take a tensor, or "" when it can: 16-byte aligned data, a unit last stride

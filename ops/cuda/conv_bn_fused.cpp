@@ -49,8 +49,11 @@ namespace nabla::ops::cuda {
 
 namespace {
 
+using cudnn_graph::dims_of;
 using cudnn_graph::Graph;
+using cudnn_graph::io_type;
 using cudnn_graph::Plan;
+using cudnn_graph::strides_of;
 
 enum Uid : int64_t {
   kX = 1,
@@ -75,17 +78,6 @@ enum Uid : int64_t {
 enum class Pattern : int64_t { ForwardStats, WeightGradAffineRelu, DataGradReluMask, DataGradBatchNormRelu };
 
 thread_local std::string last_engine;
-
-std::vector<int64_t> dims_of(const Tensor& t) {
-  return {t.sizes().begin(), t.sizes().end()};
-}
-std::vector<int64_t> strides_of(const Tensor& t) {
-  return {t.strides().begin(), t.strides().end()};
-}
-
-cudnnDataType_t io_type(const Tensor& t) {
-  return t.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-}
 
 Graph::Conv conv_of(const ConvParams& p) {
   return {.stride = {p.stride[0], p.stride[1]},

@@ -402,4 +402,16 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims) {
   return strides;
 }
 
+std::vector<int64_t> dims_of(const Tensor& t) {
+  return {t.sizes().begin(), t.sizes().end()};
+}
+
+std::vector<int64_t> strides_of(const Tensor& t) {
+  return {t.strides().begin(), t.strides().end()};
+}
+
+cudnnDataType_t io_type(const Tensor& t) {
+  return t.dtype() == kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+}
+
 }  // namespace nabla::ops::cuda::cudnn_graph

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "nabla/core/tensor.h"
+
 namespace nabla::ops::cuda::cudnn_graph {
 
 // Owns one backend descriptor.
@@ -157,5 +159,11 @@ class Graph {
 
 // Dense strides for dims in the given order (the last dim has stride 1).
 std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims);
+
+// A tensor's dims and strides as Graph::tensor takes them, and the cuDNN type of its 16-bit data
+// (bfloat16, else float16).
+std::vector<int64_t> dims_of(const Tensor& t);
+std::vector<int64_t> strides_of(const Tensor& t);
+cudnnDataType_t io_type(const Tensor& t);
 
 }  // namespace nabla::ops::cuda::cudnn_graph
