@@ -206,7 +206,8 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
                                           bn.momentum, bn.eps, s.scale, s.shift);
     if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
     // Without sums wanted, a pointwise convolution runs faster as its GEMM on the written-out
-    // prologue than as the fused engine (as in the backward above).
+    // prologue than as the fused engine (bench/cuda/conv_bn_fusion.cpp). The weight gradient
+    // stays fused everywhere: the same choice there is measured per shape but not yet taken.
     const bool gemm = out_sums == nullptr && ops::cuda::conv2d_is_pointwise_gemm(y, s.w, p);
     fused = !gemm && ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum,
                                                      z_sqsum, p, settings);
