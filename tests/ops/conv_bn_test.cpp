@@ -22,6 +22,25 @@ TEST(ConvBatchNorm, SumsAreLeftUndefinedWhereNothingFuses) {
   EXPECT_NABLA_ERROR(conv2d_sums(x, w, {}, nullptr), "sums must not be null");
 }
 
+// The sums describe one tensor at one version: not a write since, not a view, not another tensor
+// that reuses the memory of a freed one.
+TEST(ConvBatchNorm, SumsDescribeOneTensorAtOneVersion) {
+  Tensor y = random_input({2, 4, 3, 3}, test_seed());
+  ChannelSums sums{.sum = zeros({4}), .sqsum = zeros({4}), .tensor = y.impl_ptr(), .version = y.version()};
+  EXPECT_TRUE(sums.describes(y));
+  EXPECT_FALSE(sums.describes(y.narrow(1, 0, 2)));
+  EXPECT_FALSE(sums.describes(y.clone()));
+  y.add_(1.0);
+  EXPECT_FALSE(sums.describes(y));
+  sums.version = y.version();
+  EXPECT_TRUE(sums.describes(y));
+  y = Tensor();
+  EXPECT_TRUE(sums.tensor.expired());
+  EXPECT_FALSE(sums.describes(random_input({2, 4, 3, 3}, test_seed() + 1)));
+  ChannelSums empty;
+  EXPECT_FALSE(empty.describes(random_input({2, 4, 3, 3}, test_seed() + 2)));
+}
+
 TEST(ConvBatchNorm, BatchNormReluConvIsTheComposition) {
   const uint64_t seed = test_seed();
   const Tensor y0 = random_input({3, 4, 5, 5}, seed), w0 = random_input({6, 4, 3, 3}, seed + 1);
