@@ -59,12 +59,15 @@ Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
   register_parameter("bias", bias);
 }
 
+nabla::Conv2dOptions Conv2d::op_options() const {
+  return {.stride = options_.stride,
+          .padding = options_.padding,
+          .dilation = options_.dilation,
+          .groups = options_.groups};
+}
+
 Tensor Conv2d::forward(const Tensor& x) {
-  return conv2d(x, weight, bias,
-                {.stride = options_.stride,
-                 .padding = options_.padding,
-                 .dilation = options_.dilation,
-                 .groups = options_.groups});
+  return conv2d(x, weight, bias, op_options());
 }
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, const BatchNorm2dOptions& options)
@@ -123,20 +126,15 @@ Tensor BatchNorm2d::forward_relu_conv(const Tensor& y, const ChannelSums& sums, 
   if (out_sums) *out_sums = {};
   if (folded_ || next.bias.defined() || !is_training() || !next.is_training()) return next(forward_relu(y));
   const BatchNormOptions o = batch_norm_options(y);
-  const auto& c = next.options();
-  return batch_norm_relu_conv2d(
-      y, sums, weight, bias, running_mean, running_var, o, next.weight,
-      {.stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups}, out_sums);
+  return batch_norm_relu_conv2d(y, sums, weight, bias, running_mean, running_var, o, next.weight,
+                                next.op_options(), out_sums);
 }
 
 Tensor conv_sums(Conv2d& conv, const Tensor& x, ChannelSums* sums) {
   NABLA_CHECK(sums != nullptr, "conv_sums: sums must not be null");
   *sums = {};
   if (conv.bias.defined() || !conv.is_training()) return conv(x);
-  const auto& c = conv.options();
-  return conv2d_sums(x, conv.weight,
-                     {.stride = c.stride, .padding = c.padding, .dilation = c.dilation, .groups = c.groups},
-                     sums);
+  return conv2d_sums(x, conv.weight, conv.op_options(), sums);
 }
 
 void fold_batch_norm(Conv2d& conv, BatchNorm2d& bn) {
@@ -176,9 +174,7 @@ Tensor conv_bn_relu(Conv2d& conv, BatchNorm2d& bn, const Tensor& x, const Tensor
       !conv.is_training(),
       "conv_bn_relu: the batch norm was folded into the convolution for inference; training it is not "
       "supported (reload the unfolded weights to train)");
-  const auto& o = conv.options();
-  return conv2d_relu(x, conv.weight, conv.bias, {.residual = residual},
-                     {.stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups});
+  return conv2d_relu(x, conv.weight, conv.bias, {.residual = residual}, conv.op_options());
 }
 
 LayerNorm::LayerNorm(Shape normalized_shape, const LayerNormOptions& options)

@@ -57,6 +57,8 @@ class Conv2d : public Module {
   explicit Conv2d(const Conv2dOptions& options);
   Tensor forward(const Tensor& x) override;
   const Conv2dOptions& options() const { return options_; }
+  // The functional ops' options of this layer (stride, padding, dilation, groups).
+  nabla::Conv2dOptions op_options() const;
   Tensor weight, bias;
 
  private:
