@@ -130,6 +130,19 @@ Tensor BatchNorm2d::forward_relu_conv(const Tensor& y, const ChannelSums& sums, 
                                 next.op_options(), out_sums);
 }
 
+Tensor BatchNorm2d::forward_from_sums(const Tensor& y, const ChannelSums& sums, const Tensor& residual,
+                                      bool relu) {
+  NABLA_CHECK(
+      relu || !residual.defined(),
+      "BatchNorm2d::forward_from_sums: a residual is added before the ReLU; pass relu = true with it");
+  if (folded_ || !is_training()) {
+    if (residual.defined()) return forward_add_relu(y, residual);
+    return relu ? forward_relu(y) : forward(y);
+  }
+  const BatchNormOptions o = batch_norm_options(y);
+  return batch_norm_from_sums(y, sums, residual, relu, weight, bias, running_mean, running_var, o);
+}
+
 Tensor conv_sums(Conv2d& conv, const Tensor& x, ChannelSums* sums) {
   NABLA_CHECK(sums != nullptr, "conv_sums: sums must not be null");
   *sums = {};

@@ -88,6 +88,12 @@ class BatchNorm2d : public Module {
   // must have no bias for the fused path. out_sums receives the result's sums.
   Tensor forward_relu_conv(const Tensor& y, const ChannelSums& sums, Conv2d& next,
                            ChannelSums* out_sums = nullptr);
+  // forward(y), relu(forward(y)) (relu) or relu(forward(y) + residual) (relu and a residual)
+  // for a y whose sums the convolution that wrote it left (conv_sums): in training,
+  // batch_norm_from_sums, which takes the statistics from the sums and normalizes in one pass;
+  // otherwise forward, forward_relu or forward_add_relu.
+  Tensor forward_from_sums(const Tensor& y, const ChannelSums& sums, const Tensor& residual = {},
+                           bool relu = false);
   // Whether fold_batch_norm moved this layer into a convolution: forward(x) is then x itself,
   // and forward_relu / forward_add_relu are the ReLU (and the sum) alone.
   bool folded() const { return folded_; }

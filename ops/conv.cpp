@@ -23,6 +23,7 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/conv_kernels.h"
@@ -200,6 +201,30 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
       });
 }
 
+// The input gradient plus `pending`, the gradient other nodes already sent to x (the engine's
+// take_pending_gradient; undefined: none). Where the convolution runs as a GEMM and pending is a
+// buffer of the gradient's own layout that nothing else holds, the product accumulates into it
+// (Note [Pointwise convolutions as GEMMs]): the residual block's two gradients of its input, summed
+// without a pass of their own. Otherwise the two are added.
+Tensor input_gradient_plus(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
+                           const ops::ConvParams& p, const Tensor& pending) {
+  if (!pending.defined()) return input_gradient(grad_y, w, x_sizes, format, p);
+  if (w.is_cuda() && pending.is_cuda() && pending.device() == w.device() && pending.sizes() == x_sizes &&
+      pending.dtype() == w.dtype() && pending.is_contiguous(cudnn_format(format, w.dtype())) &&
+      pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1) {
+    NoGradGuard no_grad;
+    const MemoryFormat run = cudnn_format(format, w.dtype());
+    const bool accumulated = ops::dispatch(
+        "conv2d_backward_input", w, [] { return false; },
+        [&] {
+          return ops::cuda::conv2d_backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run),
+                                                             pending, p, cudnn_settings());
+        });
+    if (accumulated) return pending.contiguous(format);
+  }
+  return input_gradient(grad_y, w, x_sizes, format, p) + pending;
+}
+
 // The gradient with respect to the weight, in the weight's layout. Records no history.
 Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, const ops::ConvParams& p) {
   NoGradGuard no_grad;
@@ -240,23 +265,24 @@ void refuse_double_backward(const Tensor& result, const TensorList& inputs, cons
 void ops::record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
                         const ConvParams& p) {
   if (!autograd::needs_grad({x, weight, bias})) return;
-  autograd::record("conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight},
-                   [p](autograd::BackwardContext& ctx) {
-                     const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
-                     const Tensor& x = ctx.saved[0];
-                     const Tensor& w = ctx.saved[1];
-                     Tensor grad_x, grad_w, grad_b;
-                     if (ctx.needs(0)) {
-                       grad_x = input_gradient(g, w, x.sizes(), conv_format(x, w), p);
-                       refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
-                     }
-                     if (ctx.needs(1)) {
-                       grad_w = weight_gradient(g, x, w, p);
-                       refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
-                     }
-                     if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
-                     return TensorList{grad_x, grad_w, grad_b};
-                   });
+  autograd::record(
+      "conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight}, [p](autograd::BackwardContext& ctx) {
+        const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
+        const Tensor& x = ctx.saved[0];
+        const Tensor& w = ctx.saved[1];
+        Tensor grad_x, grad_w, grad_b;
+        if (ctx.needs(0)) {
+          grad_x =
+              input_gradient_plus(g, w, x.sizes(), conv_format(x, w), p, autograd::take_pending_gradient(0));
+          refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
+        }
+        if (ctx.needs(1)) {
+          grad_w = weight_gradient(g, x, w, p);
+          refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
+        }
+        if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
+        return TensorList{grad_x, grad_w, grad_b};
+      });
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {

@@ -230,4 +230,47 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
   return z;
 }
 
+Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tensor& residual, bool relu,
+                            const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                            Tensor& running_var, BatchNormOptions bn) {
+  NABLA_CHECK(
+      relu || !residual.defined(),
+      "batch_norm_from_sums: a residual is added before the ReLU (batch_norm_add_relu); pass relu = true "
+      "with it, or no residual");
+  const auto composed = [&] {
+    if (residual.defined())
+      return batch_norm_add_relu(y, residual, weight, bias, running_mean, running_var, bn);
+    return relu ? batch_norm_relu(y, weight, bias, running_mean, running_var, bn)
+                : batch_norm(y, weight, bias, running_mean, running_var, bn);
+  };
+  // y is conv2d_sums' output, already in the convolution's (autocast) dtype.
+  if (!bn.training || !sums.describes(y) || y.dtype() != kFloat16 || !is_channels_last(y)) return composed();
+  ops::validate_batch_norm("batch_norm_from_sums", y, weight, bias, running_mean, running_var, bn);
+  if (residual.defined()) {
+    NABLA_CHECK(
+        residual.sizes() == y.sizes() && residual.dtype() == y.dtype() && residual.device() == y.device(),
+        "batch_norm_from_sums: expected a residual of the input's shape, dtype and device ({}), got {}",
+        describe(y), describe(residual));
+  }
+  const int64_t c = y.size(1);
+  const Tensor z = residual.defined() ? residual.contiguous(kChannelsLast) : Tensor();
+  const Tensor w = weight.defined() ? weight.contiguous() : ones({c}, {.device = y.device()});
+  const Tensor b = bias.defined() ? bias.contiguous() : zeros({c}, {.device = y.device()});
+  const ops::cpu::BatchNormStats stats{per_channel(c, y), per_channel(c, y)};
+  const Tensor coefficients = per_channel(2 * c, y);  // scale, then shift
+  Tensor out = empty_channels_last(y.sizes(), y);
+  ops::cuda::BatchNormForward route;
+  on_cuda("batch_norm_from_sums", y, [&] {
+    NoGradGuard no_grad;
+    ops::cuda::batch_norm_stats_from_sums(sums.sum, sums.sqsum, y.numel() / c,
+                                          {y, w, b, running_mean, running_var}, stats, bn.momentum, bn.eps,
+                                          coefficients.narrow(0, 0, c), coefficients.narrow(0, c, c));
+    ops::cuda::batch_norm_apply(y, coefficients, z, relu, out);
+    route = ops::cuda::batch_norm_backward_route(y, relu);
+  });
+  if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
+  ops::record_batch_norm(y, z, relu, w, b, out, stats, route, bn.eps);
+  return out;
+}
+
 }  // namespace nabla

@@ -52,6 +52,16 @@ Tensor batch_norm_relu_conv2d(const Tensor& y, const ChannelSums& sums, const Te
                               BatchNormOptions bn, const Tensor& weight, Conv2dOptions conv,
                               ChannelSums* out_sums = nullptr);
 
+// A training batch norm of a y whose sums its convolution left: batch_norm (relu false, no
+// residual), batch_norm_relu (relu) or batch_norm_add_relu (relu and a residual), with the
+// batch statistics taken from the sums instead of a pass over y, and the normalization (with the
+// sum and the ReLU) one elementwise pass; the backward is the batch norm's usual one. On CUDA for
+// channels_last float16; elsewhere, or with sums that do not describe y, the op named above
+// runs. The residual block's ending relu(bn3(y3) + x) and its downsampling batch norm take it.
+Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tensor& residual, bool relu,
+                            const Tensor& weight, const Tensor& bias, Tensor& running_mean,
+                            Tensor& running_var, BatchNormOptions options = {});
+
 // The process-wide switch for the fused path (on by default): off, conv2d_sums leaves no sums
 // and batch_norm_relu_conv2d composes, for comparisons.
 void set_conv_batch_norm_fusion(bool enabled);

@@ -169,18 +169,7 @@ Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& 
       [&] { ops::cpu::batch_norm_forward(in, y, stats, options.momentum, options.eps); },
       [&] { forward = ops::cuda::batch_norm_forward(in, y, stats, options.momentum, options.eps); });
   bump_running_stats(running_mean, running_var);
-  if (autograd::needs_grad({x, weight, bias})) {
-    const double eps = options.eps;
-    const ops::cuda::BatchNormImpl impl = forward.impl;
-    const bool persistent = forward.persistent;
-    autograd::record(
-        "BatchNormBackward", {x, weight, bias}, {y}, {x, weight, stats.mean, stats.invstd, forward.reserve},
-        [eps, impl, persistent](BackwardContext& ctx) {
-          const auto& s = ctx.saved;
-          const ops::cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4], .persistent = persistent};
-          return batch_norm_backward(ctx.grad(), s[0], s[1], {s[2], s[3]}, fwd, eps, ctx.needs_input_grad);
-        });
-  }
+  ops::record_batch_norm(x, Tensor(), false, weight, bias, y, stats, forward, options.eps);
   return y;
 }
 
@@ -257,9 +246,8 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
 }
 
 // The fused forward, or an undefined tensor when it cannot run (cuDNN refused the call).
-Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, const Tensor& weight,
-                 const Tensor& bias, const Tensor& running_mean, const Tensor& running_var,
-                 const BatchNormOptions& options) {
+Tensor try_fused(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                 const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
   const TensorOptions params{.dtype = param_dtype(x.dtype()), .device = x.device()};
   const Tensor w = weight.defined() ? weight.contiguous() : ones({x.size(1)}, params);
   const Tensor b = bias.defined() ? bias.contiguous() : zeros({x.size(1)}, params);
@@ -275,29 +263,12 @@ Tensor try_fused(const char* node, const Tensor& x, const Tensor& residual, cons
       });
   if (!forward) return {};
   bump_running_stats(running_mean, running_var);
-  if (autograd::needs_grad({x, z, w, b})) {
-    const double eps = options.eps;
-    const bool add = residual.defined();
-    const ops::cuda::BatchNormImpl impl = forward->impl;
-    autograd::record(node, {x, z, w, b}, {y}, {x, y, w, b, forward->reserve, stats.mean, stats.invstd},
-                     [eps, add, impl](BackwardContext& ctx) {
-                       const auto& s = ctx.saved;
-                       const ops::cuda::FusedBatchNormSaved saved{.x = s[0],
-                                                                  .y = s[1],
-                                                                  .weight = s[2],
-                                                                  .bias = s[3],
-                                                                  .reserve = s[4],
-                                                                  .stats = {s[5], s[6]},
-                                                                  .add = add,
-                                                                  .impl = impl};
-                       return fused_backward(std::move(ctx.grads[0]), saved, eps);
-                     });
-  }
+  ops::record_batch_norm(x, z, true, w, b, y, stats, *forward, options.eps);
   return y;
 }
 
-Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_arg, const Tensor& residual,
-                        const Tensor& weight, const Tensor& bias, Tensor& running_mean, Tensor& running_var,
+Tensor fused_batch_norm(const char* op, const Tensor& x_arg, const Tensor& residual, const Tensor& weight,
+                        const Tensor& bias, Tensor& running_mean, Tensor& running_var,
                         const BatchNormOptions& options) {
   // Autocast: norm statistics (as batch_norm).
   const Tensor x_in = ops::autocast_one(ops::AutocastCategory::NormStatistics, x_arg);
@@ -309,7 +280,7 @@ Tensor fused_batch_norm(const char* op, const char* node, const Tensor& x_arg, c
                 describe(x_in), describe(residual));
   }
   if (takes_fused_kernel(x_in, options)) {
-    Tensor y = try_fused(node, x_in, residual, weight, bias, running_mean, running_var, options);
+    Tensor y = try_fused(x_in, residual, weight, bias, running_mean, running_var, options);
     if (y.defined()) return y;
   }
   // The composed path: batch_norm's output (or the sum) is a fresh tensor that batch_norm's
@@ -335,14 +306,47 @@ Tensor batch_norm(const Tensor& x_arg, const Tensor& weight, const Tensor& bias,
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                        Tensor& running_var, BatchNormOptions options) {
-  return fused_batch_norm("batch_norm_relu", "BatchNormReluBackward", x, Tensor(), weight, bias, running_mean,
-                          running_var, options);
+  return fused_batch_norm("batch_norm_relu", x, Tensor(), weight, bias, running_mean, running_var, options);
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            Tensor& running_mean, Tensor& running_var, BatchNormOptions options) {
-  return fused_batch_norm("batch_norm_add_relu", "BatchNormAddReluBackward", x, residual, weight, bias,
-                          running_mean, running_var, options);
+  return fused_batch_norm("batch_norm_add_relu", x, residual, weight, bias, running_mean, running_var,
+                          options);
+}
+
+void ops::record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, const Tensor& weight,
+                            const Tensor& bias, const Tensor& y, const BatchNormStats& stats,
+                            const cuda::BatchNormForward& forward, double eps) {
+  const cuda::BatchNormImpl impl = forward.impl;
+  if (!relu) {
+    if (!autograd::needs_grad({x, weight, bias})) return;
+    const bool persistent = forward.persistent;
+    autograd::record(
+        "BatchNormBackward", {x, weight, bias}, {y}, {x, weight, stats.mean, stats.invstd, forward.reserve},
+        [eps, impl, persistent](BackwardContext& ctx) {
+          const auto& s = ctx.saved;
+          const cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4], .persistent = persistent};
+          return batch_norm_backward(ctx.grad(), s[0], s[1], {s[2], s[3]}, fwd, eps, ctx.needs_input_grad);
+        });
+    return;
+  }
+  if (!autograd::needs_grad({x, residual, weight, bias})) return;
+  const bool add = residual.defined();
+  autograd::record(add ? "BatchNormAddReluBackward" : "BatchNormReluBackward", {x, residual, weight, bias},
+                   {y}, {x, y, weight, bias, forward.reserve, stats.mean, stats.invstd},
+                   [eps, add, impl](BackwardContext& ctx) {
+                     const auto& s = ctx.saved;
+                     const cuda::FusedBatchNormSaved saved{.x = s[0],
+                                                           .y = s[1],
+                                                           .weight = s[2],
+                                                           .bias = s[3],
+                                                           .reserve = s[4],
+                                                           .stats = {s[5], s[6]},
+                                                           .add = add,
+                                                           .impl = impl};
+                     return fused_backward(std::move(ctx.grads[0]), saved, eps);
+                   });
 }
 
 }  // namespace nabla

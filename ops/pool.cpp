@@ -9,6 +9,12 @@
 // the gradient, and its own gradient picks the incoming values at the saved indices; the
 // backward of average pooling is the adjoint of the forward, whose gradient is the forward
 // again. So create_graph works through pooling.
+//
+// max_pool2d saves uint8 window offsets for its backward where the window has at most 255 taps,
+// and max_pool2d_with_indices int64 plane positions, the indices it returns (Note [Compact
+// max-pool indices] in ops/detail/pool_window.h): for ResNet-50's stem pool at batch 256 the
+// int64 indices were 411 MB written and read back up to 4 times, the uint8 ones 51 MB. The
+// double backward, which gathers at plane positions, converts offsets first (plane_positions).
 #include "nabla/ops/pool.h"
 
 #include "nabla/ops/autograd/function.h"
@@ -103,15 +109,22 @@ PoolGeometry window_geometry(PoolKind kind, const Tensor& x, PoolPair kernel, Po
 
 Tensor pool_backward(const Tensor& grad, const Tensor& indices, const PoolGeometry& g, MemoryFormat format);
 
+// What max pooling's indices hold: the int64 plane positions max_pool2d_with_indices returns, or,
+// when only the backward reads them, uint8 window offsets where they fit.
+enum class MaxIndices { PlanePositions, Compact };
+
 // Pools the 4-d x; returns the output and, for max pooling, the indices.
-std::pair<Tensor, Tensor> pool_forward(const Tensor& x, const PoolGeometry& g) {
+std::pair<Tensor, Tensor> pool_forward(const Tensor& x, const PoolGeometry& g,
+                                       MaxIndices max_indices = MaxIndices::PlanePositions) {
   const MemoryFormat format = x.suggest_memory_format();
   const Tensor in = x.detach().contiguous(format);
   const Shape out_sizes{g.n, g.c, g.out_h, g.out_w};
   Tensor out = Tensor::empty(out_sizes, {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
   Tensor indices;
   if (g.kind == PoolKind::Max) {
-    indices = Tensor::empty(out_sizes, {.dtype = kInt64, .device = x.device(), .memory_format = format});
+    const bool offsets = max_indices == MaxIndices::Compact && ops::fits_window_offsets(g);
+    indices = Tensor::empty(
+        out_sizes, {.dtype = offsets ? kUInt8 : kInt64, .device = x.device(), .memory_format = format});
   }
   ops::dispatch(
       "max_pool2d", x,
@@ -136,6 +149,18 @@ std::pair<Tensor, Tensor> pool_forward(const Tensor& x, const PoolGeometry& g) {
                      });
   }
   return {out, indices};
+}
+
+// Max pooling's saved indices as int64 plane positions, which gather takes.
+Tensor plane_positions(const Tensor& indices, const PoolGeometry& g) {
+  if (indices.dtype() == kInt64) return indices;
+  Tensor positions = Tensor::empty(
+      indices.sizes(),
+      {.dtype = kInt64, .device = indices.device(), .memory_format = indices.suggest_memory_format()});
+  ops::dispatch(
+      "max_pool2d_backward", indices, [&] { ops::cpu::max_pool2d_positions(indices, g, positions); },
+      [&] { ops::cuda::max_pool2d_positions(indices, g, positions); });
+  return positions;
 }
 
 // The input gradient of pooling `g` (indices only for max pooling), in `format`.
@@ -164,8 +189,9 @@ Tensor pool_backward(const Tensor& grad, const Tensor& indices, const PoolGeomet
       // d(grad_input)/d(grad) routes each output's gradient to its argmax: the adjoint picks.
       autograd::record("max_pool2d_backward", {grad}, {grad_input}, /*save=*/{indices},
                        [g](autograd::BackwardContext& ctx) {
+                         const Tensor positions = plane_positions(ctx.saved[0], g);
                          const Tensor picked = gather(ctx.grad().reshape({g.n, g.c, g.h * g.w}), 2,
-                                                      ctx.saved[0].reshape({g.n, g.c, g.out_h * g.out_w}));
+                                                      positions.reshape({g.n, g.c, g.out_h * g.out_w}));
                          return TensorList{picked.reshape({g.n, g.c, g.out_h, g.out_w})};
                        });
     } else {
@@ -185,18 +211,24 @@ std::pair<Tensor, Tensor> batched(const Tensor& x, Pool pool) {
   return {out.squeeze(0), indices.defined() ? indices.squeeze(0) : indices};
 }
 
-}  // namespace
-
-std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& o) {
+// Max pooling with indices in `max_indices`' format.
+std::pair<Tensor, Tensor> max_pool(const Tensor& x, const MaxPool2dOptions& o, MaxIndices max_indices) {
   check_input("max_pool2d", x);
   return batched(x, [&](const Tensor& x4) {
     return pool_forward(
-        x4, window_geometry(PoolKind::Max, x4, o.kernel, o.stride, o.padding, o.dilation, o.ceil_mode));
+        x4, window_geometry(PoolKind::Max, x4, o.kernel, o.stride, o.padding, o.dilation, o.ceil_mode),
+        max_indices);
   });
 }
 
+}  // namespace
+
+std::pair<Tensor, Tensor> max_pool2d_with_indices(const Tensor& x, const MaxPool2dOptions& options) {
+  return max_pool(x, options, MaxIndices::PlanePositions);
+}
+
 Tensor max_pool2d(const Tensor& x, const MaxPool2dOptions& options) {
-  return max_pool2d_with_indices(x, options).first;
+  return max_pool(x, options, MaxIndices::Compact).first;
 }
 
 Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& o) {

@@ -27,6 +27,18 @@ std::shared_ptr<Sequential> make_downsample(int64_t in, int64_t out, int64_t str
   return seq;
 }
 
+// The block's shortcut: x, or the downsampling convolution and batch norm, whose batch norm takes
+// its statistics from the convolution's sums in training (batch_norm_from_sums).
+Tensor shortcut(Sequential* downsample, const Tensor& x) {
+  if (!downsample) return x;
+  auto* conv = dynamic_cast<Conv2d*>(&(*downsample)[0]);
+  auto* bn = dynamic_cast<BatchNorm2d*>(&(*downsample)[1]);
+  if (!conv || !bn || !downsample->is_training()) return downsample->forward(x);
+  ChannelSums sums;
+  const Tensor y = conv_sums(*conv, x, &sums);
+  return bn->forward_from_sums(y, sums);
+}
+
 }  // namespace
 
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
@@ -41,15 +53,18 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 // In training, the convolutions and the batch norms between them run as conv_sums and
-// forward_relu_conv (fused on CUDA float16 channels_last: Note [Convolution + batch norm fusion]);
-// in eval, conv_bn_relu (one cuDNN call per layer once folded).
+// forward_relu_conv, and the last batch norm (+ shortcut + ReLU) as forward_from_sums: on CUDA
+// float16 channels_last no batch norm makes its own pass over its input for the statistics
+// (Note [Convolution + batch norm fusion]). In eval, conv_bn_relu (one cuDNN call per layer once
+// folded).
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor identity = downsample ? downsample->forward(x) : x;
-  if (!is_training()) return conv_bn_relu(conv2, bn2, conv_bn_relu(conv1, bn1, x), identity);
-  ChannelSums sums;
-  Tensor out = conv_sums(conv1, x, &sums);
-  out = bn1.forward_relu_conv(out, sums, conv2);
-  return bn2.forward_add_relu(out, identity);
+  if (!is_training())
+    return conv_bn_relu(conv2, bn2, conv_bn_relu(conv1, bn1, x), downsample ? downsample->forward(x) : x);
+  const Tensor identity = shortcut(downsample.get(), x);
+  ChannelSums s1, s2;
+  Tensor out = conv_sums(conv1, x, &s1);
+  out = bn1.forward_relu_conv(out, s1, conv2, &s2);
+  return bn2.forward_from_sums(out, s2, identity, /*relu=*/true);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
@@ -72,17 +87,19 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor identity = downsample ? downsample->forward(x) : x;
   if (!is_training()) {
     Tensor out = conv_bn_relu(conv1, bn1, x);
     out = conv_bn_relu(conv2, bn2, out);
-    return conv_bn_relu(conv3, bn3, out, identity);
+    return conv_bn_relu(conv3, bn3, out, downsample ? downsample->forward(x) : x);
   }
-  ChannelSums s1, s2;
+  ChannelSums s1, s2, s3;
   Tensor out = conv_sums(conv1, x, &s1);
   out = bn1.forward_relu_conv(out, s1, conv2, &s2);
-  out = bn2.forward_relu_conv(out, s2, conv3);
-  return bn3.forward_add_relu(out, identity);
+  out = bn2.forward_relu_conv(out, s2, conv3, &s3);
+  // The shortcut after the main branch: its nodes then run before conv1's in backward, so conv1's
+  // data gradient (a GEMM) finds the shortcut's gradient of x pending and accumulates into it
+  // (autograd::take_pending_gradient) instead of an elementwise add of the two.
+  return bn3.forward_from_sums(out, s3, shortcut(downsample.get(), x), /*relu=*/true);
 }
 
 // The stem's BatchNorm and ReLU as one layer of a checkpointed forward, so that it runs the same

@@ -5,7 +5,11 @@
 //    before anything else, so leaf gradients (and DDP's buckets) are final as early as possible.
 // 3. Each node's outputs are added into the input buffers of the nodes its edges name.
 // Gradients for one node input are summed in its buffer before the node runs, which is what
-// makes a leaf's gradient "final" when its AccumulateGrad runs.
+// makes a leaf's gradient "final" when its AccumulateGrad runs. A running node may take the sum so
+// far for one of its inputs (take_pending_gradient) and fold it into the gradient it computes
+// (a convolution's data gradient accumulates into it in the GEMM's epilogue): the sum is the same,
+// without the elementwise pass that would add the two. Residual networks sum two gradients at
+// every block input.
 #include "nabla/ops/autograd/engine.h"
 
 #include <limits>
@@ -31,6 +35,10 @@ uint64_t priority(const Node* node) {
 // The callbacks queued during the outermost backward pass running on this thread.
 thread_local std::vector<std::function<void()>>* current_callbacks = nullptr;
 
+// The node running on this thread and the pending-gradient lookup of its backward pass
+// (take_pending_gradient); null outside a node.
+thread_local std::function<Tensor(size_t)>* current_pending = nullptr;
+
 struct ReadyEntry {
   uint64_t priority;
   Node* node;
@@ -44,6 +52,10 @@ void queue_callback(std::function<void()> callback) {
               "autograd::queue_callback: no backward pass is running on this thread; call it from "
               "a gradient hook");
   current_callbacks->push_back(std::move(callback));
+}
+
+Tensor take_pending_gradient(size_t input) {
+  return current_pending ? (*current_pending)(input) : Tensor();
 }
 
 namespace {
@@ -113,7 +125,18 @@ class GraphTask {
         const bool timed = profiler::detail::active();
         const profiler::detail::Scope scope(timed ? node->name() + " (backward)" : std::string(),
                                             timed ? cuda_index(inputs) : -1);
-        outputs = node->apply(std::move(inputs));
+        std::function<Tensor(size_t)> pending = [this, node](size_t input) {
+          return take_pending(node, input);
+        };
+        std::function<Tensor(size_t)>* outer = current_pending;
+        current_pending = &pending;
+        try {
+          outputs = node->apply(std::move(inputs));
+        } catch (...) {
+          current_pending = outer;
+          throw;
+        }
+        current_pending = outer;
       }
       if (release_saved) node->release_saved();
       send_outputs(node, std::move(outputs));
@@ -143,6 +166,19 @@ class GraphTask {
     if (buffer.size() < node->num_outputs) buffer.resize(node->num_outputs);
     Tensor& slot = buffer[input_nr];
     slot = slot.defined() ? slot + g : std::move(g);
+  }
+
+  // The gradient summed so far for input `input` of the running `node`, moved out of the buffer
+  // of the node its edge names (which then holds none), or undefined: none arrived yet, the
+  // destination is a leaf accumulator (its hooks and DDP see gradients as they arrive), or the
+  // backward is itself recorded (create_graph).
+  Tensor take_pending(Node* node, size_t input) {
+    if (GradMode::is_enabled() || input >= node->next_edges.size()) return {};
+    const Edge& e = node->next_edges[input];
+    if (!e.valid() || dynamic_cast<const AccumulateGrad*>(e.node.get())) return {};
+    auto it = buffers_.find(e.node.get());
+    if (it == buffers_.end() || e.input_nr >= it->second.size()) return {};
+    return std::move(it->second[e.input_nr]);
   }
 
   // The summed gradients of a ready node's outputs, through its pre-hooks.

@@ -24,4 +24,10 @@ void backward(const TensorList& roots, const TensorList& root_grads = {}, Backwa
 // buckets at the end of backward.
 void queue_callback(std::function<void()> callback);
 
+// From inside a node's backward function: the gradient that other nodes have already sent to
+// the node's input `input` (the sum so far), handed over for the node to add into the gradient
+// it returns for that input; undefined when there is none to take. A node that takes it must
+// return the total: the engine then stores that instead of adding the two itself.
+Tensor take_pending_gradient(size_t input);
+
 }  // namespace nabla::autograd

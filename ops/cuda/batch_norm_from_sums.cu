@@ -1,6 +1,7 @@
 // The batch-norm kernels around fused convolutions (Note [Convolution + batch norm fusion] in
-// conv_bn_fused.cpp): the statistics from a convolution's per-channel sums, and the input
-// gradient from the per-channel coefficients cuDNN's backward reductions leave.
+// conv_bn_fused.cpp): the statistics from a convolution's per-channel sums, the normalization
+// (+ residual, + ReLU) as one pass from them, and the input gradient from the per-channel
+// coefficients cuDNN's backward reductions leave.
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
 #include "nabla/ops/cuda/conv_bn_kernels.h"
@@ -55,6 +56,29 @@ __global__ void grad_from_coefficients_kernel(const T* __restrict__ g, const T* 
         for (int j = 0; j < V; ++j) gv[j] = gv[j] * k.v[kEqDy][j] + xv[j] * k.v[kEqX][j] + k.v[kEqBias][j];
         store_vec<T, V>(dx + off, gv);
       });
+}
+
+enum ApplyCoef { kScale, kShift, kApplyCoefs };
+
+// y = act(x * scale + shift + residual) per channel: one read of x (and the residual), one
+// write, where a batch norm that computes its own statistics reads x twice.
+template <typename T, int V, bool kResidual, bool kRelu>
+__global__ void apply_kernel(const T* __restrict__ x, const T* __restrict__ residual, T* __restrict__ y,
+                             int64_t numel, int64_t channels, const float* __restrict__ coef) {
+  for_each_vector<float, V, kApplyCoefs>(numel, channels, /*inner=*/1, coef,
+                                         [&](int64_t off, const ChannelCoefs<float, V, kApplyCoefs>& k) {
+                                           float xv[V], rv[V];
+                                           load_vec<T, V>(x + off, xv);
+                                           if constexpr (kResidual) load_vec<T, V>(residual + off, rv);
+#pragma unroll
+                                           for (int j = 0; j < V; ++j) {
+                                             float a = xv[j] * k.v[kScale][j] + k.v[kShift][j];
+                                             if constexpr (kResidual) a += rv[j];
+                                             if constexpr (kRelu) a = a > 0.0f ? a : 0.0f;
+                                             xv[j] = a;
+                                           }
+                                           store_vec<T, V>(y + off, xv);
+                                         });
 }
 
 // out = relu(y * scale + shift) per channel (channels_last), scale and shift in y's dtype: the
@@ -143,6 +167,45 @@ void batch_norm_grad_from_coefficients(const Tensor& grad_pre, const Tensor& x, 
         grad_from_coefficients_kernel<T, V>
             <<<elementwise_blocks(numel, channels, 1, V), kBlockSize, 0, stream>>>(
                 gp, xp, dxp, numel, channels, ptr<const float>(coefficients));
+      });
+      NABLA_CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+void batch_norm_apply(const Tensor& x, const Tensor& coefficients, const Tensor& residual, bool relu,
+                      const Tensor& y) {
+  const int64_t numel = x.numel(), channels = x.size(1);
+  if (numel == 0) return;
+  NABLA_ASSERT(coefficients.numel() == kApplyCoefs * channels && coefficients.dtype() == kFloat32,
+               "batch_norm_apply: expected 2 x {} float32 coefficients", channels);
+  NABLA_ASSERT(x.dtype() == kFloat16 || x.dtype() == kBFloat16,
+               "batch_norm_apply: 16-bit inputs only, got {}", describe(x));
+  for (const Tensor* t : {&x, &residual, &y}) {
+    NABLA_ASSERT(!t->defined() || (t->dtype() == x.dtype() && t->sizes() == x.sizes() &&
+                                   t->is_contiguous(MemoryFormat::ChannelsLast)),
+                 "batch_norm_apply: expected channels_last tensors like {}, got {}", describe(x),
+                 describe(*t));
+  }
+  const cudaStream_t stream = stream_for(x);
+  dispatch_device<TypeSet::Floating>(x.dtype(), "batch_norm_apply", [&]<typename T>() {
+    if constexpr (sizeof(T) == 2) {
+      const auto* xp = static_cast<const T*>(x.data_ptr());
+      const T* rp = ptr<const T>(residual);
+      auto* yp = static_cast<T*>(y.data_ptr());
+      const ChannelBlocks b{.outer = numel / channels, .channels = channels, .inner = 1};
+      with_width<T>(vector_width<T>(b, {xp, rp, yp}), [&]<int V>() {
+        const unsigned grid = elementwise_blocks(numel, channels, 1, V);
+        const float* cp = ptr<const float>(coefficients);
+        if (rp && relu) {
+          apply_kernel<T, V, true, true><<<grid, kBlockSize, 0, stream>>>(xp, rp, yp, numel, channels, cp);
+        } else if (relu) {
+          apply_kernel<T, V, false, true><<<grid, kBlockSize, 0, stream>>>(xp, rp, yp, numel, channels, cp);
+        } else if (rp) {
+          apply_kernel<T, V, true, false><<<grid, kBlockSize, 0, stream>>>(xp, rp, yp, numel, channels, cp);
+        } else {
+          apply_kernel<T, V, false, false><<<grid, kBlockSize, 0, stream>>>(xp, rp, yp, numel, channels, cp);
+        }
       });
       NABLA_CUDA_CHECK_LAUNCH();
     }

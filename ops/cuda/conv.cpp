@@ -492,6 +492,14 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& 
   run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, settings);
 }
 
+bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
+                                      const ConvParams& p, const CudnnSettings& settings) {
+  if (!is_pointwise_gemm(grad_x, w, p)) return false;
+  gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x),
+       {.allow_tf32 = settings.allow_tf32, .accumulate = true});
+  return true;
+}
+
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
                             const CudnnSettings& settings) {
   if (is_pointwise_gemm(x, grad_w, p)) {

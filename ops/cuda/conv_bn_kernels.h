@@ -72,6 +72,12 @@ void batch_norm_stats_from_sums(const Tensor& sum, const Tensor& sqsum, int64_t 
 void batch_norm_grad_from_coefficients(const Tensor& grad_pre, const Tensor& x, const Tensor& coefficients,
                                        const Tensor& dx);
 
+// y = x * scale + shift [+ residual], then a ReLU when `relu`, per channel: channels_last x,
+// residual (may be undefined) and y of one 16-bit dtype; coefficients one (2 C) float32 buffer:
+// scale, then shift (batch_norm_stats_from_sums' float32 outputs). batch_norm_from_sums' forward.
+void batch_norm_apply(const Tensor& x, const Tensor& coefficients, const Tensor& residual, bool relu,
+                      const Tensor& y);
+
 // out = relu(y * scale + shift) per channel: channels_last y and out, (C) scale and shift, all
 // of y's 16-bit dtype. The fused prologue, written out where no fused engine runs.
 void batch_norm_affine_relu(const Tensor& y, const Tensor& scale, const Tensor& shift, const Tensor& out);

@@ -26,6 +26,11 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 // nothing, where cuDNN declines the combination: the caller composes.
 bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
                          const Tensor& y, const ConvParams& p, const CudnnSettings& settings);
+// grad_x += the gradient of conv(x, w) with respect to x, where the convolution runs as its GEMM
+// (conv2d_is_pointwise_gemm): the sum in the GEMM's epilogue. False, having written nothing,
+// elsewhere (cuDNN's benchmark search would write over grad_x while it times).
+bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
+                                      const ConvParams& p, const CudnnSettings& settings);
 // grad_x = the gradient of conv(x, w) with respect to x; overwrites grad_x.
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
                            const CudnnSettings& settings);

@@ -358,8 +358,11 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
   // dimension (out's columns) cuBLASLt's GELU_AUX epilogues do not take (a multiple of 8).
   if (options.gelu && (out.numel() == 0 || k == 0 || (options.gelu_input.defined() && m % 8 != 0)))
     return false;
+  NABLA_ASSERT(!options.accumulate || (!bias.defined() && !sums.defined() && !options.gelu),
+               "gemm: accumulate takes no bias, sums or GELU epilogue");
   if (out.numel() == 0) return !sums.defined();
-  if (k == 0) {  // an empty sum: zeros, plus the bias
+  if (k == 0 && options.accumulate) return true;  // out += an empty sum
+  if (k == 0) {                                   // an empty sum: zeros, plus the bias
     if (bias.defined()) {
       copy(bias, out);
     } else {
@@ -398,7 +401,7 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
             .b = nullptr,
             .d = nullptr,
             .bias = nullptr,
-            .accumulate = false};
+            .accumulate = options.accumulate};
   Tensor bias_vector;
   if (bias.defined()) {
     NABLA_ASSERT(bias.dim() == 1 && bias.size(0) == m && bias.dtype() == dtype,

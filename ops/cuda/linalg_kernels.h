@@ -25,6 +25,9 @@ struct GemmOptions {
   // returns false: the caller composes.
   bool gelu = false;
   Tensor gelu_input = {};
+  // out += the product (cuBLASLt's beta = 1): out's contents are added in the epilogue, not by
+  // a pass of their own (a gradient accumulated into the sum so far). No bias, sums or GELU.
+  bool accumulate = false;
 };
 
 // out (..., N, M) = a (..., N, K) @ b (..., K, M) [+ bias]. a, b and out share the batch sizes

@@ -22,6 +22,9 @@ using BatchNormStats = cpu::BatchNormStats;
 enum class BatchNormImpl : uint8_t {
   Kernel,   // nabla's kernels (batch_norm.cu)
   CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
+  // The forward ran outside cuDNN (from a convolution's sums: batch_norm_backward_route). A fused
+  // node's backward masks dy by the ReLU itself, then runs the Ex API's plain (OPS_BN) backward.
+  CudnnExMasked,
 };
 
 struct BatchNormForward {
@@ -71,6 +74,11 @@ struct FusedBatchNormSaved {
   bool add = false;  // relu(bn(x) + z) rather than relu(bn(x))
   BatchNormImpl impl = BatchNormImpl::CudnnEx;
 };
+// The backward route of a 16-bit channels_last training batch norm whose forward ran outside
+// cuDNN (from a convolution's sums: batch_norm_stats_from_sums and batch_norm_apply): cuDNN's
+// plain NHWC backward (OPS_BN, with the reserve space it asks for, zeroed), after the ReLU's mask
+// for relu(bn(x) [+ z]) (CudnnExMasked); nabla's kernels where cuDNN does not take x.
+BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu);
 // Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,
                                const BatchNormGrads& grads);

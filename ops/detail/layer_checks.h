@@ -6,6 +6,7 @@
 #include "nabla/ops/conv.h"
 #include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/norm.h"
 
 namespace nabla::ops {
@@ -23,5 +24,11 @@ cuda::CudnnSettings cudnn_settings();
 void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var,
                          const BatchNormOptions& options);
+// Records the autograd node of a training batch norm whose forward has run, y from x (weight and
+// bias defined when relu): BatchNormBackward, or with relu the fused relu(bn(x) [+ residual])
+// node, whose backward goes the way `forward` says (cuDNN's NHWC kernels or nabla's).
+void record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, const Tensor& weight,
+                       const Tensor& bias, const Tensor& y, const cpu::BatchNormStats& stats,
+                       const cuda::BatchNormForward& forward, double eps);
 
 }  // namespace nabla::ops

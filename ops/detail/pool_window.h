@@ -5,11 +5,26 @@
 // Forward kernels compute one output element from its window. Backward kernels are gathers: each
 // input element sums the gradients of the windows that cover it (the `*_covering` ranges below),
 // so they need no atomics, write every element once and are deterministic on both backends.
+//
+// Note [Compact max-pool indices]
+// max_pool2d_with_indices returns PyTorch's indices: the int64 plane position h * W + w of each
+// window's max. The autograd path of max_pool2d, which only its own backward reads, saves the
+// max's offset within its window instead, tap_h * kernel_w + tap_w, in one uint8 (when the window
+// has at most 255 taps; 255 marks a window with no tap inside the input). For ResNet-50's stem
+// pool at batch 256 (fp16, (256, 64, 112, 112) -> (256, 64, 56, 56)) the int64 indices were
+// 411 MB written by the forward and read up to 4 times by the backward (overlapping windows),
+// as many bytes as the fp16 input itself; the offsets are 51 MB. The backward turns each covering
+// window (oh, ow) into the offset the element would have in it (max_tap_at) and compares that,
+// so it never divides by W; the double backward, which gathers at plane positions, converts
+// (max_index_position). Ties and NaN keep their rule: the first max wins, the first NaN wins.
 #pragma once
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "nabla/core/dtype.h"
+#include "nabla/core/error.h"
 #include "nabla/core/host_device.h"
 
 namespace nabla::ops {
@@ -118,9 +133,77 @@ NABLA_HOST_DEVICE SpanT<I> avg_covering(const PoolGeometryT<I>& g, I i, bool row
               : avg_outputs_covering(i, g.out_w, g.kernel_w, g.stride_w, g.pad_w);
 }
 
+// Max pooling: the tap along one dim of output o's window that lands on input coordinate i, or -1
+// where the dilation steps over i. i must lie in the window's span, as for every output that
+// max_outputs_covering gives for i.
+template <typename I>
+NABLA_HOST_DEVICE I max_tap_at(I i, I o, I stride, I pad, I dilation) {
+  const I from_start = i - max_window_start(o, stride, pad);
+  if (dilation == 1) return from_start;
+  return from_start % dilation == 0 ? from_start / dilation : I(-1);
+}
+
+// Max-pooling indices (Note [Compact max-pool indices]): MaxIndex is uint8_t for window offsets
+// and int64_t for plane positions.
+inline constexpr int64_t kMaxWindowOffsets = 255;  // taps a window may have for uint8 offsets
+inline constexpr uint8_t kNoWindowOffset = 255;    // a window with no tap inside the input
+
+template <typename MaxIndex>
+NABLA_HOST_DEVICE MaxIndex no_max_index() {
+  static_assert(std::is_same_v<MaxIndex, uint8_t> || std::is_same_v<MaxIndex, int64_t>);
+  if constexpr (std::is_same_v<MaxIndex, uint8_t>) {
+    return kNoWindowOffset;
+  } else {
+    return -1;
+  }
+}
+
+// The index stored for a max at tap (tap_h, tap_w) of its window, input element (ih, iw). The
+// backward compares each covering window's saved index with this for the element itself.
+template <typename MaxIndex, typename I>
+NABLA_HOST_DEVICE MaxIndex max_index_of(const PoolGeometryT<I>& g, I tap_h, I tap_w, I ih, I iw) {
+  if constexpr (std::is_same_v<MaxIndex, uint8_t>) {
+    return static_cast<uint8_t>(tap_h * g.kernel_w + tap_w);
+  } else {
+    return static_cast<int64_t>(ih) * g.w + iw;
+  }
+}
+
+// The plane position h * W + w that output (oh, ow)'s saved index points at; -1 for none.
+template <typename MaxIndex, typename I>
+NABLA_HOST_DEVICE int64_t max_index_position(const PoolGeometryT<I>& g, I oh, I ow, MaxIndex index) {
+  if constexpr (std::is_same_v<MaxIndex, uint8_t>) {
+    if (index == kNoWindowOffset) return -1;
+    const I offset = static_cast<I>(index);
+    const I ih = max_window_start(oh, g.stride_h, g.pad_h) + offset / g.kernel_w * g.dilation_h;
+    const I iw = max_window_start(ow, g.stride_w, g.pad_w) + offset % g.kernel_w * g.dilation_w;
+    return static_cast<int64_t>(ih) * g.w + iw;
+  } else {
+    return index;
+  }
+}
+
 }  // namespace nabla::ops
 
 namespace nabla::ops {
+
+// Whether max pooling's saved indices can be uint8 window offsets.
+inline bool fits_window_offsets(const PoolGeometry& g) {
+  return g.kernel_h * g.kernel_w <= kMaxWindowOffsets;
+}
+
+// Calls fn.template operator()<MaxIndex>() for the dtype of max-pooling indices: uint8 window
+// offsets or int64 plane positions. The kernel families of both backends dispatch here.
+template <typename Fn>
+void dispatch_max_index(DType dtype, Fn&& fn) {
+  NABLA_ASSERT(dtype == DType::UInt8 || dtype == DType::Int64,
+               "max pooling indices are uint8 or int64, got {}", dtype_name(dtype));
+  if (dtype == DType::UInt8) {
+    fn.template operator()<uint8_t>();
+  } else {
+    fn.template operator()<int64_t>();
+  }
+}
 
 // The geometry in I (int for the CUDA kernels); false when a field is too large for the products
 // of two fields that the functions above form (o * stride, (o + 1) * in) to fit in I.

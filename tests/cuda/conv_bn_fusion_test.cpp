@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "test_util.h"
 
@@ -138,6 +140,64 @@ TEST(CudaConvBatchNorm, BlockIsAsCloseToFloat32AsTheComposedOps) {
   }
 }
 
+// z = act(bn(conv(x, w)) [+ r]) through conv2d_sums and batch_norm_from_sums, for the three
+// variants (plain, ReLU, residual + ReLU), at the shapes of ResNet-50's block ends: the forward
+// runs from the convolution's sums and the backward on cuDNN's NHWC kernels with a zeroed reserve
+// (batch_norm_backward_route), so this is where a reserve that mattered would show.
+struct EndCase {
+  int64_t n, in, out, side;
+  bool relu, residual;
+};
+
+std::vector<Tensor> run_block_end(const EndCase& c, uint64_t seed, Path path, bool* had_sums) {
+  select(path);
+  const Device gpu = Device::cuda();
+  const DType dtype = path == Path::Float32 ? kFloat32 : kFloat16;
+  const auto input = [&](const Shape& shape, uint64_t k, double scale) {
+    const Tensor t = (random_input(shape, seed + k, kFloat32) * scale).to(gpu, kFloat16).to(dtype);
+    return t.contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+  };
+  Tensor x = input({c.n, c.in, c.side, c.side}, 0, 1.0);
+  Tensor w = input({c.out, c.in, 1, 1}, 1, 1.0 / std::sqrt(double(c.in)));
+  Tensor r = c.residual ? input({c.n, c.out, c.side, c.side}, 2, 1.0) : Tensor();
+  Tensor gamma = (random_input({c.out}, seed + 3, kFloat32).abs() + 0.5).to(gpu).requires_grad_();
+  Tensor beta = (random_input({c.out}, seed + 4, kFloat32) * 0.3).to(gpu).requires_grad_();
+  Tensor running_mean = (random_input({c.out}, seed + 5, kFloat32) * 0.1).to(gpu);
+  Tensor running_var = (random_input({c.out}, seed + 6, kFloat32).abs() + 0.5).to(gpu);
+  ChannelSums sums;
+  const Tensor y = conv2d_sums(x, w, {}, &sums);
+  *had_sums = sums.sum.defined();
+  const Tensor z = batch_norm_from_sums(y, sums, r, c.relu, gamma, beta, running_mean, running_var, {});
+  const Tensor g = random_input(z.sizes(), seed + 7, kFloat32).to(gpu);
+  (z.to(kFloat32) * g).sum().backward();
+  return {z,        running_mean, running_var, x.grad(),
+          w.grad(), gamma.grad(), beta.grad(), c.residual ? r.grad() : zeros({1})};
+}
+
+TEST(CudaConvBatchNorm, BatchNormFromSumsIsAsCloseToFloat32AsComposed) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  FusionGuard guard;
+  const EndCase cases[] = {{256, 64, 256, 56, true, true},  {64, 256, 1024, 14, true, true},
+                           {32, 512, 2048, 7, true, true},  {128, 64, 256, 56, false, false},
+                           {32, 128, 512, 28, true, false}, {8, 64, 64, 9, true, true}};
+  const char* names[] = {"z", "running_mean", "running_var", "dx", "dw", "dgamma", "dbeta", "dresidual"};
+  const uint64_t seed = test_seed();
+  int k = 0;
+  for (const EndCase& c : cases) {
+    const std::string what = fmt::format("{}x{}>{} @{}{}{}", c.n, c.in, c.out, c.side, c.relu ? " relu" : "",
+                                         c.residual ? " +residual" : "");
+    const uint64_t case_seed = seed + 100 * k++;
+    bool sums = false;
+    const std::vector<Tensor> ref = run_block_end(c, case_seed, Path::Float32, &sums);
+    const std::vector<Tensor> plain = run_block_end(c, case_seed, Path::Composed, &sums);
+    EXPECT_FALSE(sums) << what << ": the switch did not turn the fusion off";
+    const std::vector<Tensor> got = run_block_end(c, case_seed, Path::Fused, &sums);
+    ASSERT_TRUE(sums) << what << ": no fused engine for conv + sums";
+    for (size_t i = 0; i < ref.size(); ++i)
+      expect_as_close(got[i], plain[i], ref[i], what + " " + names[i], 2e-3);
+  }
+}
+
 // A y written to after its convolution summed it is summed again (the composed path), never
 // normalized with stale statistics.
 TEST(CudaConvBatchNorm, StaleSumsAreNotUsed) {
@@ -191,7 +251,10 @@ void compare_model_step(const std::function<std::shared_ptr<nn::Module>()>& make
     losses[i] = cross_entropy(models[i]->forward(x).to(kFloat32), target);
     losses[i].backward();
   }
-  expect_as_close(losses[2], losses[1], losses[0], std::string(name) + " loss", 1e-3);
+  // The loss is one number whose float16 error moves with the inputs (0.3% to 0.7% from float32
+  // seen on an H200 for ResNet-50 at 64x64, fused or not): its floor is 0.5%. Gradients of a
+  // wrong path are off by their own size (a relative distance near 1), far past any of these.
+  expect_as_close(losses[2], losses[1], losses[0], std::string(name) + " loss", 5e-3);
   const auto ref = models[0]->named_parameters(), plain = models[1]->named_parameters(),
              fused = models[2]->named_parameters();
   double worst_fused = 0, worst_plain = 0;

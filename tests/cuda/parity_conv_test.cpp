@@ -220,6 +220,37 @@ TEST(CudaParityConv, ChannelsLastInputWithAContiguousWeightKeepsEachLayout) {
   EXPECT_TRUE(results_close(r, run_conv(x, w, {}, g, o), 1e-12));
 }
 
+// A residual block's input gets two gradients: the shortcut's, which arrives first, and the 1x1
+// convolution's, which the engine lets the convolution's GEMM add into the first
+// (take_pending_gradient, gemm's accumulate). The sum must be the CPU's, in float32 and float16,
+// and so must a 3x3 convolution's, which adds the two the usual way.
+TEST(CudaParityConv, ConvolutionGradientAddedIntoThePendingOneMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  Fp32Exact exact;
+  const uint64_t seed = test_seed();
+  for (const DType dtype : {kFloat32, kFloat16}) {
+    for (const int64_t k : {1, 3}) {
+      const auto run = [&](Device device) {
+        const auto cl = [&](const Tensor& t) {
+          return t.to(device, dtype).contiguous(MemoryFormat::ChannelsLast);
+        };
+        Tensor x0 = cl(random_input({4, 16, 6, 6}, seed)).requires_grad_();
+        const Tensor w = cl(random_input({24, 16, k, k}, seed + 1) * 0.2);
+        const Tensor r = cl(random_input({4, 24, 6, 6}, seed + 2));
+        const Tensor q = cl(random_input({4, 16, 6, 6}, seed + 3));
+        const Tensor x = x0 * 1.5;  // not a leaf: the engine sums its two gradients in a buffer
+        const Tensor y = conv2d(x, w, {}, {.padding = k / 2});
+        const Tensor shortcut = relu(x) * q;  // recorded after the convolution: runs first backward
+        ((y * r).sum() + shortcut.sum()).backward();
+        return x0.grad().to(Device::cpu(), kFloat64);
+      };
+      const Tensor got = run(Device::cuda()), want = run(Device::cpu());
+      const double tol = dtype == kFloat16 ? 2e-2 : 1e-4;
+      EXPECT_TRUE(all_close(got, want, tol, tol)) << dtype_name(dtype) << " k" << k;
+    }
+  }
+}
+
 TEST(CudaParityConv, MismatchedDevicesGiveAClearError) {
   SKIP_WITHOUT_GPU();
   Tensor x = to_cuda(random_input({1, 2, 4, 4}, test_seed(), kFloat32));

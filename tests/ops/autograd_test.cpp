@@ -211,6 +211,29 @@ TEST(Autograd, GradcheckCatchesAWrongGradient) {
   EXPECT_NE(r.message.find("analytical"), std::string::npos);
 }
 
+// A node may take the gradient other nodes already sent to its input and return the total
+// (take_pending_gradient): the engine then stores that total instead of adding. Leaves and
+// create_graph get nothing to take.
+TEST(Autograd, TakePendingGradientHandsOverTheSumSoFar) {
+  const Tensor x0 = random_input({5}, test_seed(), kFloat64, true);
+  for (const bool create_graph : {false, true}) {
+    x0.set_grad(Tensor());
+    const Tensor x = x0 * 2.0;  // not a leaf: its gradients meet in the engine's buffer
+    bool took = false;
+    Tensor a = x.detach() * 3.0;
+    autograd::record("TakesPending", {x}, {a}, {}, [&took](autograd::BackwardContext& c) {
+      const Tensor pending = autograd::take_pending_gradient(0);
+      took = pending.defined();
+      return TensorList{took ? c.grad() * 3.0 + pending : c.grad() * 3.0};
+    });
+    const Tensor b = x * x;  // recorded after `a`: its node runs first, so its gradient is pending
+    autograd::backward({a.sum() + b.sum()}, {}, {.create_graph = create_graph});
+    EXPECT_EQ(took, !create_graph);
+    EXPECT_TRUE(all_close(x0.grad(), (x.detach() * 2.0 + 3.0) * 2.0, 1e-12, 1e-12)) << create_graph;
+  }
+  EXPECT_FALSE(autograd::take_pending_gradient(0).defined());  // outside a backward pass
+}
+
 TEST(Autograd, RequiresGradOnlyOnFloatingLeaves) {
   Tensor i = arange(3, {.dtype = kInt64});
   EXPECT_NABLA_ERROR(i.requires_grad_(), "only floating-point tensors can require gradients");

@@ -74,6 +74,44 @@ TEST(ConvBatchNorm, BatchNormReluConvIsTheComposition) {
     EXPECT_TRUE(all_close(got.grads[i], want.grads[i], 1e-12, 1e-12)) << "gradient " << i;
 }
 
+// Where nothing fuses (the CPU), batch_norm_from_sums is batch_norm, batch_norm_relu or
+// batch_norm_add_relu: values, running statistics and every gradient.
+TEST(ConvBatchNorm, BatchNormFromSumsIsTheNamedOp) {
+  const uint64_t seed = test_seed();
+  const Tensor y0 = random_input({3, 4, 5, 5}, seed), r0 = random_input({3, 4, 5, 5}, seed + 1);
+  const Tensor gamma0 = random_input({4}, seed + 2), beta0 = random_input({4}, seed + 3);
+  const Tensor rm0 = random_input({4}, seed + 4), rv0 = random_input({4}, seed + 5).abs() + 0.5;
+  const Tensor g = random_input({3, 4, 5, 5}, seed + 6);
+  const BatchNormOptions bn{.momentum = 0.3, .eps = 1e-3};
+  for (const auto& [relu, residual] : {std::pair{false, false}, {true, false}, {true, true}}) {
+    const auto run = [&, relu = relu, residual = residual](bool from_sums) {
+      Tensor y = y0.clone().requires_grad_(), r = residual ? r0.clone().requires_grad_() : Tensor();
+      Tensor gamma = gamma0.clone().requires_grad_(), beta = beta0.clone().requires_grad_();
+      Tensor rm = rm0.clone(), rv = rv0.clone();
+      Tensor out;
+      if (from_sums) {
+        out = batch_norm_from_sums(y, ChannelSums{}, r, relu, gamma, beta, rm, rv, bn);
+      } else {
+        out = residual ? batch_norm_add_relu(y, r, gamma, beta, rm, rv, bn)
+              : relu   ? batch_norm_relu(y, gamma, beta, rm, rv, bn)
+                       : batch_norm(y, gamma, beta, rm, rv, bn);
+      }
+      (out * g).sum().backward();
+      return TensorList{out, rm, rv, y.grad(), gamma.grad(), beta.grad(), residual ? r.grad() : zeros({1})};
+    };
+    const TensorList got = run(true), want = run(false);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(all_close(got[i], want[i], 1e-12, 1e-12))
+          << "relu " << relu << " residual " << residual << " result " << i;
+    EXPECT_FALSE(all_close(got[1], rm0, 1e-6, 1e-6));  // the running mean did move
+  }
+  Tensor gamma = gamma0.clone(), beta = beta0.clone(), rm = rm0.clone(), rv = rv0.clone();
+  EXPECT_NABLA_ERROR(batch_norm_from_sums(y0, {}, r0, /*relu=*/false, gamma, beta, rm, rv),
+                     "pass relu = true with it");
+  nn::BatchNorm2d layer(4);
+  EXPECT_NABLA_ERROR(layer.forward_from_sums(y0, {}, r0, /*relu=*/false), "pass relu = true with it");
+}
+
 TEST(ConvBatchNorm, BadArgumentsNameTheProblem) {
   const uint64_t seed = test_seed();
   const Tensor y = random_input({2, 4, 5, 5}, seed), w = random_input({6, 3, 3, 3}, seed + 1);

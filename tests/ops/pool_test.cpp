@@ -1,7 +1,10 @@
 // max_pool2d, avg_pool2d and adaptive_avg_pool2d on the CPU: values (and max indices) against
 // plain loops for every option (stride, padding, dilation, ceil_mode, count_include_pad, odd and
 // non-divisible sizes) and layout (contiguous, channels_last, strided, 3-d), float64 gradcheck of
-// each, double backward, reduced precision, and the error messages.
+// each, double backward, reduced precision, and the error messages. max_pool2d's autograd path
+// saves uint8 window offsets (Note [Compact max-pool indices] in ops/detail/pool_window.h): its
+// values and gradients, first and second order, against the loops, against
+// max_pool2d_with_indices' int64 path and against values from PyTorch 1.13, with ties and NaN.
 #include <cmath>
 #include <limits>
 
@@ -38,7 +41,8 @@ Pooled reference_pool(const Tensor& x, int kind, PoolPair k, PoolPair s, PoolPai
     for (int64_t i = 0; i < oh; ++i) {
       for (int64_t j = 0; j < ow; ++j) {
         double best = -std::numeric_limits<double>::infinity(), total = 0;
-        int64_t best_at = -1, valid = 0, padded = 0;
+        int64_t best_at = -1, valid = 0, padded = 0;  // best_at: the first tap inside the input, then
+                                                      // the first maximum; the first NaN beats all
         for (int64_t a = 0; a < k.h; ++a) {
           for (int64_t b = 0; b < k.w; ++b) {
             const int64_t ih = i * s.h - p.h + a * d.h, iw = j * s.w - p.w + b * d.w;
@@ -46,7 +50,8 @@ Pooled reference_pool(const Tensor& x, int kind, PoolPair k, PoolPair s, PoolPai
             if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
             const double v = xv[(plane * h + ih) * w + iw];
             ++valid, total += v;
-            if (v > best) best = v, best_at = ih * w + iw;
+            if (best_at < 0 || v > best || (std::isnan(v) && !std::isnan(best)))
+              best = v, best_at = ih * w + iw;
           }
         }
         out.push_back(kind == 0 ? best : total / static_cast<double>(count_include_pad ? padded : valid));
@@ -288,6 +293,191 @@ TEST(Pool2d, NaNIsTheMaximum) {
   auto [y, indices] = max_pool2d_with_indices(tensor<double>(v, {1, 1, 4, 4}), {.kernel = 2});
   EXPECT_TRUE(std::isnan(y.to_vector<double>()[1]));
   EXPECT_EQ(indices.to_vector<int64_t>()[1], 6);
+}
+
+// The gradient of sum(y * gy) for max pooling with reference indices (N, C, OH, OW): each
+// output's gy lands on its argmax; -1 (no tap inside the input) adds nothing.
+Tensor reference_max_grad(const Tensor& indices, const Tensor& gy, const Shape& x) {
+  const std::vector<int64_t> at = indices.contiguous().to_vector<int64_t>();
+  const std::vector<double> g = gy.to(kFloat64).contiguous().to_vector<double>();
+  const int64_t in_plane = x[2] * x[3], out_plane = indices.size(2) * indices.size(3);
+  std::vector<double> grad(static_cast<size_t>(numel_of(x)), 0.0);
+  for (size_t o = 0; o < at.size(); ++o) {
+    if (at[o] >= 0) grad[static_cast<size_t>(static_cast<int64_t>(o) / out_plane * in_plane + at[o])] += g[o];
+  }
+  return tensor<double>(grad, x);
+}
+
+// v (N, C, H, W) at each reference index: the output gradient of sum(grad_input * v).
+Tensor reference_pick(const Tensor& v, const Tensor& indices) {
+  const std::vector<int64_t> at = indices.contiguous().to_vector<int64_t>();
+  const std::vector<double> values = v.to(kFloat64).contiguous().to_vector<double>();
+  const int64_t in_plane = v.size(2) * v.size(3), out_plane = indices.size(2) * indices.size(3);
+  std::vector<double> picked(at.size());
+  for (size_t o = 0; o < at.size(); ++o) {
+    picked[o] = values[static_cast<size_t>(static_cast<int64_t>(o) / out_plane * in_plane + at[o])];
+  }
+  return tensor<double>(picked, indices.sizes());
+}
+
+// Values on a grid of halves in [-2, 2], so that windows hold ties; with `nan`, about one element
+// in twelve is NaN (those that would round to 0), so that some windows hold two.
+Tensor tied_input(const Shape& sizes, uint64_t seed, bool nan) {
+  std::vector<double> v = random_input(sizes, seed).to_vector<double>();
+  for (double& e : v) {
+    e = nan && std::abs(e) < 0.25 ? std::numeric_limits<double>::quiet_NaN() : std::round(e * 2.0) / 2.0;
+  }
+  return tensor<double>(v, sizes);
+}
+
+// Geometries for the two index formats; the CPU's tiling path takes the disjoint ones in NCHW.
+std::vector<MaxCase> index_format_cases() {
+  return {
+      {"3x3 stride 2 padding 1 (ResNet's stem)", {2, 3, 9, 8}, {.kernel = 3, .stride = 2, .padding = 1}},
+      {"dilation 2 with padding", {1, 3, 11, 10}, {.kernel = 3, .stride = 2, .padding = 1, .dilation = 2}},
+      {"rectangular, dilation, ceil_mode",
+       {2, 2, 10, 9},
+       {.kernel = {3, 2}, .stride = {2, 1}, .padding = 1, .dilation = {2, 3}, .ceil_mode = true}},
+      {"overlapping windows at stride 1", {1, 3, 6, 7}, {.kernel = 3, .stride = 1}},
+      {"disjoint 2x2, ceil_mode", {2, 3, 7, 9}, {.kernel = 2, .ceil_mode = true}},
+      {"disjoint 3x3", {1, 2, 9, 10}, {.kernel = 3}},
+      {"15x17 kernel: 255 taps, the most uint8 offsets take",
+       {1, 2, 19, 20},
+       {.kernel = {15, 17}, .stride = 2, .padding = {7, 8}}},
+      {"16x16 kernel: 256 taps fall back to int64",
+       {1, 2, 20, 18},
+       {.kernel = 16, .stride = 2, .padding = 1}},
+  };
+}
+
+// The layouts of `layouts` plus the 3-d input of a batch of one.
+std::vector<std::pair<const char*, Tensor>> layouts_and_unbatched(const Tensor& x) {
+  std::vector<std::pair<const char*, Tensor>> all = layouts(x);
+  if (x.size(0) == 1) all.emplace_back("3-d", x.squeeze(0));
+  return all;
+}
+
+TEST(MaxPool2d, CompactIndicesGiveTheValuesAndGradientsOfPlanePositions) {
+  uint64_t seed = test_seed();
+  for (const MaxCase& c : index_format_cases()) {
+    for (DType dtype : {kFloat64, kFloat32}) {
+      for (bool nan : {false, true}) {
+        const Tensor x = tied_input(c.x, ++seed, nan);  // halves: exact in float32 too
+        const Pooled want =
+            reference_pool(x, 0, c.o.kernel, c.o.stride, c.o.padding, c.o.dilation, c.o.ceil_mode);
+        const Tensor gy = random_input(want.values.sizes(), ++seed, dtype);
+        const Tensor want_grad = reference_max_grad(want.indices, gy, c.x);
+        const double tol = dtype == kFloat32 ? 1e-6 : 0;  // float32 gradients sum in double, then round
+        for (const auto& [layout, xl] : layouts_and_unbatched(x.to(dtype))) {
+          const std::string what = std::string(c.name) + " " + std::string(dtype_name(dtype)) +
+                                   (nan ? " with NaN " : " ") + layout;
+          const bool unbatched = xl.dim() == 3;
+          auto batch = [&](const Tensor& t) { return unbatched ? t.unsqueeze(0) : t; };
+          const Tensor g = unbatched ? gy.squeeze(0) : gy;
+          Tensor compact_x = xl.detach().requires_grad_(true);
+          Tensor compact_y = max_pool2d(compact_x, c.o);
+          compact_y.backward(g);
+          Tensor plane_x = xl.detach().requires_grad_(true);
+          auto [plane_y, indices] = max_pool2d_with_indices(plane_x, c.o);
+          plane_y.backward(g);
+          EXPECT_EQ(indices.dtype(), kInt64) << what;
+          EXPECT_TRUE(all_close(batch(indices), want.indices, 0, 0)) << what;
+          EXPECT_TRUE(all_close(batch(compact_y), want.values, 0, 0)) << what;
+          EXPECT_TRUE(all_close(batch(plane_y), want.values, 0, 0)) << what;
+          EXPECT_TRUE(all_close(batch(compact_x.grad()), want_grad, tol, tol)) << what;
+          EXPECT_TRUE(all_close(batch(plane_x.grad()), want_grad, tol, tol)) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(MaxPool2d, DoubleBackwardThroughCompactIndicesPicksAtTheArgmax) {
+  // grad_input routes each output's gradient to its argmax, so the gradient of
+  // sum(grad_input * v) with respect to the output gradient is v at each window's argmax.
+  uint64_t seed = test_seed();
+  for (const MaxCase& c : index_format_cases()) {
+    const Tensor x = tied_input(c.x, ++seed, /*nan=*/true);
+    const Pooled want =
+        reference_pool(x, 0, c.o.kernel, c.o.stride, c.o.padding, c.o.dilation, c.o.ceil_mode);
+    const Tensor v = random_input(c.x, ++seed);
+    for (const auto& [layout, xl] : layouts(x)) {
+      Tensor leaf = xl.detach().requires_grad_(true);
+      Tensor go = random_input(want.values.sizes(), ++seed, kFloat64, /*requires_grad=*/true);
+      autograd::backward({max_pool2d(leaf, c.o)}, {go}, {.create_graph = true});
+      const Tensor first = leaf.grad().detach().clone();
+      (leaf.grad() * v).sum().backward();
+      EXPECT_TRUE(all_close(first, reference_max_grad(want.indices, go.detach(), c.x), 0, 0))
+          << c.name << " " << layout;
+      EXPECT_TRUE(all_close(go.grad(), reference_pick(v, want.indices), 0, 0)) << c.name << " " << layout;
+    }
+  }
+}
+
+TEST(MaxPool2d, MatchesPyTorchWithTiesNaNAndMinusInfinityInBothIndexFormats) {
+  // From PyTorch 1.13: y, indices = torch.nn.functional.max_pool2d(x, 3, stride=2, padding=1,
+  // dilation=2, ceil_mode=True, return_indices=True); y.backward(gy) with gy[k] = 0.25 * (k + 1).
+  // x cycles through nine levels (ties), with one NaN (in four windows) and one -inf.
+  std::vector<double> v(2 * 7 * 6);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>((i * 5 + 3) % 9) * 0.5 - 2.0;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  v[35] = nan;                                       // plane 0, (5, 5)
+  v[49] = -std::numeric_limits<double>::infinity();  // plane 1, (1, 1)
+  const Tensor x = tensor<double>(v, {1, 2, 7, 6});
+  const MaxPool2dOptions o{.kernel = 3, .stride = 2, .padding = 1, .dilation = 2, .ceil_mode = true};
+  const Tensor want_y = tensor<double>(
+      {2.0, 2.0, 0.0, 2.0, nan, nan, 2.0, nan, nan, 1.0, 1.5, 1.5, 2.0, 2.0, 1.5, 2.0, 2.0, 0.0},
+      {1, 2, 3, 3});
+  const Tensor want_indices =
+      tensor<int64_t>({19, 19, 11, 19, 35, 35, 19, 35, 35, 9, 11, 11, 31, 31, 11, 31, 31, 23}, {1, 2, 3, 3});
+  std::vector<double> grad(v.size(), 0.0);
+  for (auto [at, value] : std::vector<std::pair<size_t, double>>{
+           {11, 0.75}, {19, 3.5}, {35, 7.0}, {51, 2.5}, {53, 9.5}, {65, 4.5}, {73, 15.0}}) {
+    grad[at] = value;
+  }
+  const Tensor want_grad = tensor<double>(grad, {1, 2, 7, 6});
+  std::vector<double> gy(18);
+  for (size_t k = 0; k < gy.size(); ++k) gy[k] = 0.25 * static_cast<double>(k + 1);
+  const Tensor g = tensor<double>(gy, {1, 2, 3, 3});
+  for (const auto& [layout, xl] : layouts_and_unbatched(x)) {
+    const bool unbatched = xl.dim() == 3;
+    auto batch = [&](const Tensor& t) { return unbatched ? t.unsqueeze(0) : t; };
+    Tensor compact_x = xl.detach().requires_grad_(true);
+    Tensor compact_y = max_pool2d(compact_x, o);
+    compact_y.backward(unbatched ? g.squeeze(0) : g);
+    Tensor plane_x = xl.detach().requires_grad_(true);
+    auto [plane_y, indices] = max_pool2d_with_indices(plane_x, o);
+    plane_y.backward(unbatched ? g.squeeze(0) : g);
+    EXPECT_TRUE(all_close(batch(compact_y), want_y, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(batch(plane_y), want_y, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(batch(indices), want_indices, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(batch(compact_x.grad()), want_grad, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(batch(plane_x.grad()), want_grad, 0, 0)) << layout;
+  }
+}
+
+TEST(MaxPool2d, WindowsWithNoTapInsideTheInputGiveMinusInfinityInBothIndexFormats) {
+  // Rows -1 and 2 of a 2-row input: the dilation steps over both rows, so every window is empty.
+  // PyTorch's checks allow it (PyTorch 1.13 then returns indices past the plane); here the index
+  // is -1 and no gradient reaches the input.
+  const Tensor x = random_input({1, 2, 2, 5}, test_seed());
+  const MaxPool2dOptions o{.kernel = {2, 1}, .padding = {1, 0}, .dilation = {3, 1}};
+  for (const auto& [layout, xl] : layouts(x)) {
+    Tensor compact_x = xl.detach().requires_grad_(true);
+    Tensor compact_y = max_pool2d(compact_x, o);
+    Tensor plane_x = xl.detach().requires_grad_(true);
+    auto [plane_y, indices] = max_pool2d_with_indices(plane_x, o);
+    const Tensor minus_inf =
+        full({1, 2, 1, 5}, -std::numeric_limits<double>::infinity(), {.dtype = kFloat64});
+    EXPECT_TRUE(all_close(compact_y, minus_inf, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(plane_y, minus_inf, 0, 0)) << layout;
+    EXPECT_TRUE(all_close(indices, full({1, 2, 1, 5}, -1.0, {.dtype = kInt64}), 0, 0)) << layout;
+    const Tensor gy = random_input({1, 2, 1, 5}, test_seed() + 1);
+    compact_y.backward(gy);
+    plane_y.backward(gy);
+    EXPECT_TRUE(all_close(compact_x.grad(), zeros(x.sizes(), {.dtype = kFloat64}), 0, 0)) << layout;
+    EXPECT_TRUE(all_close(plane_x.grad(), zeros(x.sizes(), {.dtype = kFloat64}), 0, 0)) << layout;
+  }
 }
 
 TEST(Pool2d, EmptyBatchGivesEmptyOutput) {
