@@ -297,7 +297,7 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, d
 }
 
 BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu) {
-  const BatchNormForward kernels{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
+  BatchNormForward kernels{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
   if (!cudnn_can_take(x, /*training=*/true, CUDNN_BN_MIN_EPSILON) || x.dtype() == kFloat64) return kernels;
   nabla::cuda::DeviceGuard device(x.device().index);
   const Descs d(x, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);

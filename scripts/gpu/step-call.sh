@@ -2,7 +2,8 @@
 # One GPU call for ResNet-50 step work (issue 23), from the mini bundle
 # (scripts/gpu/mini-bundle.sh build/cuda tests/nabla_cuda_tests apps/nabla-bench
 # tools/libnabla_cupti_trace.so tools/libcupti.so.13; carry build/gpu-extra/bundle.tar.xz).
-# PARTS (default "first,suite,train,trace"): first = the tests named in FIRST; suite = the whole
+# PARTS (default "first,suite,train,trace"), run in this order: first = the tests named in FIRST;
+# torch (below) right after them, so a call cut short still has it; suite = the whole
 # CUDA suite; train = ResNet-50 fp16 channels_last --cuda-graph with and without the conv + BN
 # fusion; trace = a CUPTI trace of the graphed step; infer = fp16 channels_last inference at batch
 # 16/32/64 replayed from a graph, folded (--fuse) and not; torch = the train step (and with infer,
@@ -21,6 +22,7 @@ bench="$x/apps/nabla-bench"
 has() { [[ ",$parts," == *",$1,"* ]]; }
 rn50() { timeout "$1" "$bench" train --arch resnet50 --batch-size 256 --channels-last --amp "${AMP:-fp16}" "${@:2}"; }
 if has first; then timeout 200 "$tests" --gtest_filter="$first" > "$out/first.log" 2>&1; echo "first rc=$?" >> "$out/rc"; fi
+if has torch; then rn50 400 --steps 30 --cuda-graph --compare-pytorch > "$out/rn50_torch.log" 2>&1; fi
 if has suite; then timeout 300 "$tests" > "$out/cuda.log" 2>&1; echo "suite rc=$?" >> "$out/rc"; fi
 if has train; then
   rn50 90 --steps 30 --cuda-graph > "$out/rn50_graph_fused.log" 2>&1
@@ -40,7 +42,6 @@ if has infer; then
       --compare-pytorch > "$out/infer_torch.log" 2>&1
   fi
 fi
-if has torch; then rn50 400 --steps 30 --cuda-graph --compare-pytorch > "$out/rn50_torch.log" 2>&1; fi
 if has torch_bf16; then AMP=bf16 rn50 400 --steps 30 --cuda-graph --compare-pytorch > "$out/rn50_torch_bf16.log" 2>&1; fi
 echo "== rc"; cat "$out/rc" 2>/dev/null
 if [ -f "$out/first.log" ]; then grep -E '^\[  FAILED|^\[  PASSED|Failure|fused [0-9]|Expected|Which is|error' "$out/first.log" | cut -c1-250 | head -40; fi
