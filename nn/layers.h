@@ -186,6 +186,49 @@ class SiLU : public Module {
   Tensor forward(const Tensor& x) override { return silu(x); }
 };
 
+// The activations of mobile and vision models, as PyTorch names them (nabla::leaky_relu etc.).
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope_(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return leaky_relu(x, negative_slope_); }
+
+ private:
+  double negative_slope_;
+};
+
+class ELU : public Module {
+ public:
+  explicit ELU(double alpha = 1.0) : alpha_(alpha) {}
+  Tensor forward(const Tensor& x) override { return elu(x, alpha_); }
+
+ private:
+  double alpha_;
+};
+
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return hardswish(x); }
+};
+
+class Hardsigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return hardsigmoid(x); }
+};
+
+class Softplus : public Module {
+ public:
+  explicit Softplus(double beta = 1.0, double threshold = 20.0) : beta_(beta), threshold_(threshold) {}
+  Tensor forward(const Tensor& x) override { return softplus(x, beta_, threshold_); }
+
+ private:
+  double beta_, threshold_;
+};
+
+class Mish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return mish(x); }
+};
+
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(const MaxPool2dOptions& options) : options_(options) {}

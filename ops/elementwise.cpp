@@ -82,11 +82,12 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
 
 // A fused backward kernel: its result has no derivative of its own, so double backward through
 // it fails with a clear message instead of silently dropping terms.
-Tensor fused_backward(BinaryOp op, const Tensor& grad, const Tensor& saved, const char* name) {
+Tensor fused_backward(BinaryOp op, const Tensor& grad, const Tensor& saved, const char* name,
+                      double alpha = 1.0) {
   Tensor out;
   {
     NoGradGuard no_grad;
-    out = binary_forward(op, grad, saved, name);
+    out = binary_forward(op, grad, saved, name, alpha);
   }
   if (autograd::needs_grad({grad, saved})) {
     autograd::record(name, {grad, saved}, {out}, {}, [name](BackwardContext&) -> TensorList {
@@ -385,6 +386,59 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluOptions options) {
 Tensor silu(const Tensor& x) {
   return unary_op(UnaryOp::Silu, x, "silu", "SiluBackward", Save::input, [](BackwardContext& c) {
     return TensorList{fused_backward(BinaryOp::SiluBackward, c.grad(), c.saved[0], "silu_backward")};
+  });
+}
+
+Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  return unary_op(UnaryOp::LeakyRelu, x, "leaky_relu", "LeakyReluBackward", Save::input,
+                  [negative_slope](BackwardContext& c) {
+                    return TensorList{fused_backward(BinaryOp::LeakyReluBackward, c.grad(), c.saved[0],
+                                                     "leaky_relu_backward", negative_slope)};
+                  },
+                  {.a = negative_slope});
+}
+
+Tensor elu(const Tensor& x, double alpha) {
+  return unary_op(
+      UnaryOp::Elu, x, "elu", "EluBackward", Save::input,
+      [alpha](BackwardContext& c) {
+        return TensorList{fused_backward(BinaryOp::EluBackward, c.grad(), c.saved[0], "elu_backward", alpha)};
+      },
+      {.a = alpha});
+}
+
+Tensor hardswish(const Tensor& x) {
+  return unary_op(
+      UnaryOp::Hardswish, x, "hardswish", "HardswishBackward", Save::input, [](BackwardContext& c) {
+        return TensorList{
+            fused_backward(BinaryOp::HardswishBackward, c.grad(), c.saved[0], "hardswish_backward")};
+      });
+}
+
+Tensor hardsigmoid(const Tensor& x) {
+  return unary_op(
+      UnaryOp::Hardsigmoid, x, "hardsigmoid", "HardsigmoidBackward", Save::input, [](BackwardContext& c) {
+        return TensorList{
+            fused_backward(BinaryOp::HardsigmoidBackward, c.grad(), c.saved[0], "hardsigmoid_backward")};
+      });
+}
+
+Tensor softplus(const Tensor& x, double beta, double threshold) {
+  NABLA_CHECK(beta != 0, "softplus: beta must be non-zero, got {}", beta);
+  return unary_op(UnaryOp::Softplus, x, "softplus", "SoftplusBackward", Save::input,
+                  [beta, threshold](BackwardContext& c) {
+                    // d/dx = sigmoid(beta x), and 1 where the op is x itself: composed, so it has a
+                    // derivative.
+                    const Tensor& in = c.saved[0];
+                    const Tensor bx = in * beta;
+                    return TensorList{where(gt(bx, threshold), c.grad(), c.grad() * sigmoid(bx))};
+                  },
+                  {.a = beta, .b = threshold});
+}
+
+Tensor mish(const Tensor& x) {
+  return unary_op(UnaryOp::Mish, x, "mish", "MishBackward", Save::input, [](BackwardContext& c) {
+    return TensorList{fused_backward(BinaryOp::MishBackward, c.grad(), c.saved[0], "mish_backward")};
   });
 }
 

@@ -47,6 +47,17 @@ Tensor gelu(const Tensor& x, GeluOptions options = {});
 // differentiable.
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluOptions options = {});
 Tensor silu(const Tensor& x);
+// The activations of mobile and vision models, with PyTorch's definitions and defaults:
+// leaky_relu: x > 0 ? x : negative_slope * x; elu: x > 0 ? x : alpha * (exp(x) - 1);
+// hardswish: x * relu6(x + 3) / 6; hardsigmoid: relu6(x + 3) / 6; softplus: log(1 + exp(beta x)) /
+// beta, x itself where beta x > threshold; mish: x * tanh(softplus(x)). The backward of each is
+// one fused kernel (softplus's is composed, so it is also differentiable twice).
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+Tensor elu(const Tensor& x, double alpha = 1.0);
+Tensor hardswish(const Tensor& x);
+Tensor hardsigmoid(const Tensor& x);
+Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0);
+Tensor mish(const Tensor& x);
 // Bounds are optional; NaN stays NaN.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 // cond ? a : b, broadcasting all three; cond must be bool.

@@ -98,6 +98,21 @@ NABLA_HOST_DEVICE C sigmoid(C x) {
   return C(1) / (C(1) + exp(-x));
 }
 
+// min(max(x, 0), 6), NaN kept.
+template <typename C>
+NABLA_HOST_DEVICE C relu6(C x) {
+  if (isnan(x)) return x;
+  return x < C(0) ? C(0) : (x > C(6) ? C(6) : x);
+}
+
+// PyTorch's softplus: log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (where
+// the two agree to the type's precision, and exp would overflow).
+template <typename C>
+NABLA_HOST_DEVICE C softplus(C x, C beta, C threshold) {
+  const C bx = beta * x;
+  return bx > threshold ? x : log1p(exp(bx)) / beta;
+}
+
 // The scalars of a unary op (UnaryParams), ready in the arithmetic type.
 template <typename C>
 struct UnaryScalars {
@@ -175,6 +190,18 @@ NABLA_HOST_DEVICE C unary(C x, const UnaryScalars<C>& s) {
     return C(0.5) * x * (C(1) + tanh(inner));
   } else if constexpr (kOp == UnaryOp::Silu) {
     return x * sigmoid(x);
+  } else if constexpr (kOp == UnaryOp::LeakyRelu) {
+    return x > C(0) ? x : x * s.a;
+  } else if constexpr (kOp == UnaryOp::Elu) {
+    return x > C(0) ? x : s.a * expm1(x);
+  } else if constexpr (kOp == UnaryOp::Hardswish) {
+    return x * relu6(x + C(3)) / C(6);
+  } else if constexpr (kOp == UnaryOp::Hardsigmoid) {
+    return relu6(x + C(3)) / C(6);
+  } else if constexpr (kOp == UnaryOp::Softplus) {
+    return softplus(x, s.a, s.b);
+  } else if constexpr (kOp == UnaryOp::Mish) {
+    return x * tanh(softplus(x, C(1), C(20)));
   } else if constexpr (kOp == UnaryOp::RDivScalar) {
     return s.a / x;
   } else {
@@ -239,10 +266,22 @@ NABLA_HOST_DEVICE C binary(C x, C y, C alpha) {
     C t = tanh(inner);
     C d_inner = C(kSqrt2OverPi) * (C(1) + C(3 * 0.044715) * y * y);
     return x * (C(0.5) * (C(1) + t) + C(0.5) * y * (C(1) - t * t) * d_inner);
-  } else {
-    static_assert(kOp == BinaryOp::SiluBackward, "a BinaryOp without a formula");
+  } else if constexpr (kOp == BinaryOp::SiluBackward) {
     C sig = sigmoid(y);
     return x * sig * (C(1) + y * (C(1) - sig));
+  } else if constexpr (kOp == BinaryOp::LeakyReluBackward) {
+    return y > C(0) ? x : x * alpha;
+  } else if constexpr (kOp == BinaryOp::EluBackward) {
+    return y > C(0) ? x : x * alpha * exp(y);
+  } else if constexpr (kOp == BinaryOp::HardswishBackward) {
+    if (y < C(-3)) return C(0);
+    return y <= C(3) ? x * (y / C(3) + C(0.5)) : x;
+  } else if constexpr (kOp == BinaryOp::HardsigmoidBackward) {
+    return y > C(-3) && y < C(3) ? x / C(6) : C(0);
+  } else {
+    static_assert(kOp == BinaryOp::MishBackward, "a BinaryOp without a formula");
+    const C t = tanh(softplus(y, C(1), C(20)));
+    return x * (t + y * sigmoid(y) * (C(1) - t * t));
   }
 }
 

@@ -35,6 +35,12 @@ enum class UnaryOp : uint8_t {
   Gelu,
   GeluTanh,
   Silu,
+  LeakyRelu,    // x > 0 ? x : a * x
+  Elu,          // x > 0 ? x : a * (exp(x) - 1)
+  Hardswish,    // x * relu6(x + 3) / 6
+  Hardsigmoid,  // relu6(x + 3) / 6
+  Softplus,     // log(1 + exp(a * x)) / a, or x where a * x > b
+  Mish,         // x * tanh(softplus(x))
   // With scalar parameters (UnaryParams::a, ::b):
   AddScalar,   // x + a
   MulScalar,   // x * a
@@ -53,11 +59,12 @@ enum class UnaryOp : uint8_t {
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(UnaryOp::Count)> kUnaryOpNames = {
-    "neg",         "abs",         "sign",       "exp",       "expm1",     "log",        "log1p",
-    "sqrt",        "rsqrt",       "reciprocal", "relu",      "sigmoid",   "tanh",       "erf",
-    "sin",         "cos",         "gelu",       "gelu_tanh", "silu",      "add_scalar", "mul_scalar",
-    "rsub_scalar", "rdiv_scalar", "pow_scalar", "clamp",     "eq_scalar", "ne_scalar",  "lt_scalar",
-    "le_scalar",   "gt_scalar",   "ge_scalar"};
+    "neg",         "abs",         "sign",       "exp",       "expm1",      "log",        "log1p",
+    "sqrt",        "rsqrt",       "reciprocal", "relu",      "sigmoid",    "tanh",       "erf",
+    "sin",         "cos",         "gelu",       "gelu_tanh", "silu",       "leaky_relu", "elu",
+    "hardswish",   "hardsigmoid", "softplus",   "mish",      "add_scalar", "mul_scalar", "rsub_scalar",
+    "rdiv_scalar", "pow_scalar",  "clamp",      "eq_scalar", "ne_scalar",  "lt_scalar",  "le_scalar",
+    "gt_scalar",   "ge_scalar"};
 
 struct UnaryParams {
   double a = 0;
@@ -80,13 +87,18 @@ enum class BinaryOp : uint8_t {
   Gt,
   Ge,
   // Fused gradients: (grad, saved) -> grad_input
-  ThresholdBackward,  // grad * (y > 0)
-  SigmoidBackward,    // grad * y * (1 - y)
-  TanhBackward,       // grad * (1 - y^2)
-  GeluBackward,       // grad * d/dx gelu(x), exact (erf) form
-  GeluTanhBackward,   // grad * d/dx gelu(x), tanh approximation
-  SiluBackward,       // grad * d/dx silu(x)
-  Count,              // not an op: the number of them
+  ThresholdBackward,    // grad * (y > 0)
+  SigmoidBackward,      // grad * y * (1 - y)
+  TanhBackward,         // grad * (1 - y^2)
+  GeluBackward,         // grad * d/dx gelu(x), exact (erf) form
+  GeluTanhBackward,     // grad * d/dx gelu(x), tanh approximation
+  SiluBackward,         // grad * d/dx silu(x)
+  LeakyReluBackward,    // x > 0 ? grad : alpha * grad (alpha the slope)
+  EluBackward,          // x > 0 ? grad : alpha * exp(x) * grad
+  HardswishBackward,    // grad * d/dx hardswish(x)
+  HardsigmoidBackward,  // -3 < x < 3 ? grad / 6 : 0
+  MishBackward,         // grad * d/dx mish(x)
+  Count,                // not an op: the number of them
 };
 
 inline constexpr std::array<const char*, static_cast<size_t>(BinaryOp::Count)> kBinaryOpNames = {
@@ -108,7 +120,12 @@ inline constexpr std::array<const char*, static_cast<size_t>(BinaryOp::Count)> k
     "tanh_backward",
     "gelu_backward",
     "gelu_tanh_backward",
-    "silu_backward"};
+    "silu_backward",
+    "leaky_relu_backward",
+    "elu_backward",
+    "hardswish_backward",
+    "hardsigmoid_backward",
+    "mish_backward"};
 
 // Every kind has a name: a kind added without one leaves a null entry, and this fails.
 template <size_t N>
@@ -161,6 +178,12 @@ constexpr bool is_float_only(UnaryOp op) {
     case UnaryOp::Gelu:
     case UnaryOp::GeluTanh:
     case UnaryOp::Silu:
+    case UnaryOp::LeakyRelu:
+    case UnaryOp::Elu:
+    case UnaryOp::Hardswish:
+    case UnaryOp::Hardsigmoid:
+    case UnaryOp::Softplus:
+    case UnaryOp::Mish:
     case UnaryOp::RDivScalar:
     case UnaryOp::PowScalar:
       return true;

@@ -50,6 +50,12 @@ std::vector<UnaryKind> float_unary_kinds() {
       {UnaryOp::Gelu, "gelu"},
       {UnaryOp::GeluTanh, "gelu_tanh"},
       {UnaryOp::Silu, "silu"},
+      {UnaryOp::LeakyRelu, "leaky_relu", {.a = 0.2}},
+      {UnaryOp::Elu, "elu", {.a = 1.3}},
+      {UnaryOp::Hardswish, "hardswish"},
+      {UnaryOp::Hardsigmoid, "hardsigmoid"},
+      {UnaryOp::Softplus, "softplus", {.a = 2.0, .b = 1.0}},
+      {UnaryOp::Mish, "mish"},
       {UnaryOp::AddScalar, "add_scalar", {.a = 1.5}},
       {UnaryOp::MulScalar, "mul_scalar", {.a = -2.5}},
       {UnaryOp::RSubScalar, "rsub_scalar", {.a = 0.75}},
@@ -166,6 +172,11 @@ std::vector<BinaryKind> binary_kinds(DType dtype) {
     kinds.push_back({BinaryOp::GeluBackward, "gelu_backward"});
     kinds.push_back({BinaryOp::GeluTanhBackward, "gelu_tanh_backward"});
     kinds.push_back({BinaryOp::SiluBackward, "silu_backward"});
+    kinds.push_back({BinaryOp::LeakyReluBackward, "leaky_relu_backward", 0.2});
+    kinds.push_back({BinaryOp::EluBackward, "elu_backward", 1.3});
+    kinds.push_back({BinaryOp::HardswishBackward, "hardswish_backward"});
+    kinds.push_back({BinaryOp::HardsigmoidBackward, "hardsigmoid_backward"});
+    kinds.push_back({BinaryOp::MishBackward, "mish_backward"});
   } else {
     kinds.push_back({BinaryOp::Add, "add_alpha", dtype == kUInt8 ? 2.0 : -2.0});
   }

@@ -1,5 +1,6 @@
 // Elementwise ops: forward against std:: math on the same values, broadcasting and promotion,
 // layouts, and float64 gradchecks for every differentiable op.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -52,6 +53,24 @@ std::vector<UnaryCase> unary_cases() {
        [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); },
        false},
       {"silu", [](const Tensor& x) { return silu(x); }, [sig](double x) { return x * sig(x); }, false},
+      {"leaky_relu", [](const Tensor& x) { return leaky_relu(x, 0.2); },
+       [](double x) { return std::max(x, 0.0) + 0.2 * std::min(x, 0.0); }, false},
+      {"elu", [](const Tensor& x) { return elu(x, 1.3); },
+       [](double x) { return x > 0 ? x : 1.3 * (std::exp(x) - 1); }, false},
+      // relu6(x + 3) through clamps written with std::clamp.
+      {"hardswish", [](const Tensor& x) { return hardswish(x * 4.0); },
+       [](double x) { return 4 * x * std::clamp(4 * x + 3, 0.0, 6.0) / 6; }, false},
+      {"hardsigmoid", [](const Tensor& x) { return hardsigmoid(x * 4.0); },
+       [](double x) { return std::clamp(4 * x + 3, 0.0, 6.0) / 6; }, false},
+      // softplus as log(exp(0) + exp(beta x)) via the max trick; beta 2, threshold 3 crossed by |x| < 4.
+      {"softplus", [](const Tensor& x) { return softplus(x * 2.0, 2.0, 3.0); },
+       [](double x) {
+         const double bx = 4 * x, m = std::max(bx, 0.0);
+         return bx > 3 ? 2 * x : (m + std::log(std::exp(-m) + std::exp(bx - m))) / 2;
+       },
+       false},
+      {"mish", [](const Tensor& x) { return mish(x * 4.0); },
+       [](double x) { return 4 * x * std::tanh(std::log(1 + std::exp(4 * x))); }, false},
       {"clamp", [](const Tensor& x) { return clamp(x, -0.5, 0.7); },
        [](double x) { return std::min(std::max(x, -0.5), 0.7); }, false},
       {"pow3", [](const Tensor& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; }, false},
