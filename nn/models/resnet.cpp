@@ -31,9 +31,10 @@ std::shared_ptr<Sequential> make_downsample(int64_t in, int64_t out, int64_t str
 // its statistics from the convolution's sums in training (batch_norm_from_sums).
 Tensor shortcut(Sequential* downsample, const Tensor& x) {
   if (!downsample) return x;
+  if (downsample->size() != 2 || !downsample->is_training()) return downsample->forward(x);
   auto* conv = dynamic_cast<Conv2d*>(&(*downsample)[0]);
   auto* bn = dynamic_cast<BatchNorm2d*>(&(*downsample)[1]);
-  if (!conv || !bn || !downsample->is_training()) return downsample->forward(x);
+  if (!conv || !bn) return downsample->forward(x);
   ChannelSums sums;
   const Tensor y = conv_sums(*conv, x, &sums);
   return bn->forward_from_sums(y, sums);

@@ -272,7 +272,7 @@ NABLA_HOST_DEVICE C binary(C x, C y, C alpha) {
   } else if constexpr (kOp == BinaryOp::LeakyReluBackward) {
     return y > C(0) ? x : x * alpha;
   } else if constexpr (kOp == BinaryOp::EluBackward) {
-    return y > C(0) ? x : x * alpha * exp(y);
+    return y <= C(0) ? x * alpha * exp(y) : x;  // a NaN input passes the gradient, as in PyTorch
   } else if constexpr (kOp == BinaryOp::HardswishBackward) {
     if (y < C(-3)) return C(0);
     return y <= C(3) ? x * (y / C(3) + C(0.5)) : x;
