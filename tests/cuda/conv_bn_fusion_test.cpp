@@ -59,6 +59,13 @@ void expect_as_close(const Tensor& fused, const Tensor& composed, const Tensor& 
       << what << ": fused " << e_fused << ", composed float16 " << e_composed << " from float32";
 }
 
+// A random CUDA input rounded to float16 (so every path starts from the same values), in `dtype`
+// and channels_last, requiring grad.
+Tensor rounded_input(const Shape& shape, uint64_t seed, double scale, DType dtype) {
+  const Tensor t = (random_input(shape, seed, kFloat32) * scale).to(Device::cuda(), kFloat16).to(dtype);
+  return t.contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+}
+
 struct Case {
   int64_t in, mid, out, kernel, stride, side;
 };
@@ -74,8 +81,7 @@ BlockResult run_block(const Case& c, uint64_t seed, Path path) {
   const Device gpu = Device::cuda();
   const DType dtype = path == Path::Float32 ? kFloat32 : kFloat16;
   const auto input = [&](const Shape& shape, uint64_t k, double scale) {
-    const Tensor t = (random_input(shape, seed + k, kFloat32) * scale).to(gpu, kFloat16).to(dtype);
-    return t.contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+    return rounded_input(shape, seed + k, scale, dtype);
   };
   Tensor x = input({8, c.in, c.side, c.side}, 0, 1.0);
   Tensor w1 = input({c.mid, c.in, 1, 1}, 1, 1.0 / std::sqrt(double(c.in)));
@@ -154,8 +160,7 @@ std::vector<Tensor> run_block_end(const EndCase& c, uint64_t seed, Path path, bo
   const Device gpu = Device::cuda();
   const DType dtype = path == Path::Float32 ? kFloat32 : kFloat16;
   const auto input = [&](const Shape& shape, uint64_t k, double scale) {
-    const Tensor t = (random_input(shape, seed + k, kFloat32) * scale).to(gpu, kFloat16).to(dtype);
-    return t.contiguous(MemoryFormat::ChannelsLast).requires_grad_();
+    return rounded_input(shape, seed + k, scale, dtype);
   };
   Tensor x = input({c.n, c.in, c.side, c.side}, 0, 1.0);
   Tensor w = input({c.out, c.in, 1, 1}, 1, 1.0 / std::sqrt(double(c.in)));
