@@ -59,6 +59,27 @@ Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
   register_parameter("bias", bias);
 }
 
+Conv1d::Conv1d(const Conv1dOptions& options) : options_(options) {
+  NABLA_CHECK(options.in > 0 && options.out > 0 && options.groups > 0 && options.in % options.groups == 0 &&
+                  options.out % options.groups == 0,
+              "Conv1d: in ({}) and out ({}) must be > 0 and divisible by groups ({})", options.in,
+              options.out, options.groups);
+  NABLA_CHECK(options.kernel > 0, "Conv1d: kernel must be > 0, got {}", options.kernel);
+  weight = empty({options.out, options.in / options.groups, options.kernel}, options.tensor_options);
+  if (options.bias) bias = empty({options.out}, options.tensor_options);
+  default_init(weight, bias);
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor Conv1d::forward(const Tensor& x) {
+  return conv1d(x, weight, bias,
+                {.stride = options_.stride,
+                 .padding = options_.padding,
+                 .dilation = options_.dilation,
+                 .groups = options_.groups});
+}
+
 nabla::Conv2dOptions Conv2d::op_options() const {
   return {.stride = options_.stride,
           .padding = options_.padding,
@@ -256,6 +277,22 @@ Dropout::Dropout(double p) : p_(p) {
 
 Tensor Dropout::forward(const Tensor& x) {
   return dropout(x, {.p = p_, .training = is_training()});
+}
+
+Dropout2d::Dropout2d(double p) : p_(p) {
+  NABLA_CHECK(p >= 0 && p < 1, "Dropout2d: p must be in [0, 1), got {}", p);
+}
+
+Tensor Dropout2d::forward(const Tensor& x) {
+  return dropout2d(x, {.p = p_, .training = is_training()});
+}
+
+PixelShuffle::PixelShuffle(int64_t upscale_factor) : r_(upscale_factor) {
+  NABLA_CHECK(upscale_factor > 0, "PixelShuffle: upscale_factor must be > 0, got {}", upscale_factor);
+}
+
+PixelUnshuffle::PixelUnshuffle(int64_t downscale_factor) : r_(downscale_factor) {
+  NABLA_CHECK(downscale_factor > 0, "PixelUnshuffle: downscale_factor must be > 0, got {}", downscale_factor);
 }
 
 }  // namespace nabla::nn

@@ -15,6 +15,7 @@
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/norm.h"
+#include "nabla/ops/pixel_shuffle.h"
 #include "nabla/ops/pool.h"
 
 namespace nabla::nn {
@@ -63,6 +64,30 @@ class Conv2d : public Module {
 
  private:
   Conv2dOptions options_;
+};
+
+struct Conv1dOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  int64_t kernel = 0;
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  TensorOptions tensor_options = {};
+};
+// (N, in, L) or (in, L) -> (N, out, Lo). weight (out, in / groups, kernel); initialized as
+// PyTorch (as Conv2d). PyTorch's Conv1d, its state dicts loading unchanged.
+class Conv1d : public Module {
+ public:
+  explicit Conv1d(const Conv1dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  const Conv1dOptions& options() const { return options_; }
+  Tensor weight, bias;
+
+ private:
+  Conv1dOptions options_;
 };
 
 struct BatchNorm2dOptions {
@@ -275,6 +300,35 @@ class Dropout : public Module {
 
  private:
   double p_;
+};
+
+// Zeroes whole channels of (N, C, H, W) or (C, H, W) with probability p in training (scaling the
+// rest by 1 / (1 - p)); the identity in eval. PyTorch's Dropout2d.
+class Dropout2d : public Module {
+ public:
+  explicit Dropout2d(double p = 0.5);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  double p_;
+};
+
+// (*, C * r^2, H, W) -> (*, C, H * r, W * r), and the inverse (pixel_shuffle.h).
+class PixelShuffle : public Module {
+ public:
+  explicit PixelShuffle(int64_t upscale_factor);
+  Tensor forward(const Tensor& x) override { return pixel_shuffle(x, r_); }
+
+ private:
+  int64_t r_;
+};
+class PixelUnshuffle : public Module {
+ public:
+  explicit PixelUnshuffle(int64_t downscale_factor);
+  Tensor forward(const Tensor& x) override { return pixel_unshuffle(x, r_); }
+
+ private:
+  int64_t r_;
 };
 
 class Identity : public Module {

@@ -296,6 +296,28 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   return y;
 }
 
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv1dOptions options) {
+  ops::check_defined("conv1d", x, "input");
+  ops::check_defined("conv1d", weight, "weight");
+  NABLA_CHECK(x.dim() == 2 || x.dim() == 3, "conv1d: expected an input (N, C, L) or unbatched (C, L), got {}",
+              describe(x));
+  NABLA_CHECK(weight.dim() == 3, "conv1d: expected a weight (out, in / groups, kernel), got {}",
+              describe(weight));
+  NABLA_CHECK(options.stride > 0 && options.dilation > 0 && options.padding >= 0,
+              "conv1d: expected stride > 0, dilation > 0 and padding >= 0, got {}, {} and {}", options.stride,
+              options.dilation, options.padding);
+  const bool batched = x.dim() == 3;
+  // (N, C, L) -> (N, C, 1, L): conv2d's checks then name any other mismatch (channels, groups).
+  const Tensor x4 = (batched ? x : x.unsqueeze(0)).unsqueeze(2);
+  const Tensor y = conv2d(x4, weight.unsqueeze(2), bias,
+                          {.stride = {1, options.stride},
+                           .padding = {0, options.padding},
+                           .dilation = {1, options.dilation},
+                           .groups = options.groups})
+                       .squeeze(2);
+  return batched ? y : y.squeeze(0);
+}
+
 Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
                    const ConvReluOptions& epilogue, Conv2dOptions options) {
   const Tensor& residual_in = epilogue.residual;

@@ -43,6 +43,17 @@ struct Conv2dOptions {
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
 
+// 1-d convolution (audio, time series): x (N, C, L) or unbatched (C, L), weight (O, C / groups,
+// K), bias (O) or undefined -> (N, O, Lo), Lo = (L + 2 padding - dilation (K - 1) - 1) / stride
+// + 1. It is conv2d over a height of 1, so it runs on the same kernels (cuDNN on CUDA).
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;  // zeros added on both sides
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv1dOptions options = {});
+
 // relu(conv2d(x, weight, bias) [+ residual]): a convolution whose batch norm was folded into it
 // (nn::fold_batch_norm), with the ReLU and a residual block's sum. On CUDA, where nothing needs a
 // gradient, it is one cuDNN call (cudnnConvolutionBiasActivationForward), so the activation is

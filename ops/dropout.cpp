@@ -43,4 +43,23 @@ Tensor dropout(const Tensor& x, DropoutOptions options) {
   return y;
 }
 
+Tensor dropout2d(const Tensor& x, DropoutOptions options) {
+  const double p = options.p;
+  ops::check_defined("dropout2d", x, "input");
+  NABLA_CHECK(x.dim() == 3 || x.dim() == 4, "dropout2d: expected (N, C, H, W) or unbatched (C, H, W), got {}",
+              describe(x));
+  NABLA_CHECK(p >= 0.0 && p <= 1.0, "dropout2d: expected a probability p in [0, 1], got {}", p);
+  NABLA_CHECK(x.is_floating_point(), "dropout2d: expected a floating-point input, got {}", describe(x));
+  if (!options.training || p == 0.0) return x;
+  if (p == 1.0) return x * 0.0;
+  // One keep factor per channel, 0 or 1 / (1 - p), broadcast over (H, W): the product is
+  // differentiable as it stands (the mask is a constant), and keeps x's layout.
+  Shape mask_shape = x.sizes();
+  mask_shape[mask_shape.size() - 1] = 1;
+  mask_shape[mask_shape.size() - 2] = 1;
+  const Tensor keep =
+      bernoulli(mask_shape, 1.0 - p, {.dtype = x.dtype(), .device = x.device()}, options.generator);
+  return x * (keep * (1.0 / (1.0 - p)));
+}
+
 }  // namespace nabla

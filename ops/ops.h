@@ -19,6 +19,7 @@
 #include "nabla/ops/masking.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/pad.h"
+#include "nabla/ops/pixel_shuffle.h"
 #include "nabla/ops/pool.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/sampling.h"

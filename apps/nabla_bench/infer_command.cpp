@@ -14,7 +14,9 @@
 // fp16 and bf16 are autocast, as PyTorch's `torch.autocast` does it: the model stays float32
 // (nabla's batch norm keeps float32 parameters for 16-bit inputs), convolutions and the linear
 // layer run in the lower dtype. One autocast scope per forward, so each forward pays its own
-// weight casts, as a request would; the PyTorch script does the same.
+// weight casts, as a request would; the PyTorch script does the same. `half` is the other common
+// setup, ../shared/bench/torch_infer_latency.py's: the model converted to float16 (after any
+// folding) and a float16 batch, no autocast, on both sides.
 //
 // Each forward is bracketed by CUDA events and waited for before the next one starts: this is a
 // latency benchmark, so the per-iteration host sync is the measurement, not overhead. The wall
@@ -60,10 +62,11 @@ nlohmann::json infer_one(const InferBenchOptions& o, nn::Module& model, int64_t 
                          const std::string& layout) {
   const Device device = Device::cuda(cuda::current_device());
   Tensor x = randn({batch, 3, 224, 224}, {.device = device})
+                 .to(amp == "half" ? kFloat16 : kFloat32)
                  .contiguous(memory_format_of(layout));  // (N, 3, 224, 224)
   NoGradGuard no_grad;
   auto forward = [&] {
-    amp::Autocast autocast(device, autocast_dtype_of(amp), amp != "off");
+    amp::Autocast autocast(device, autocast_dtype_of(amp), amp == "fp16" || amp == "bf16");
     return model.forward(x);  // (N, 1000)
   };
   for (int i = 0; i < o.warmup; ++i) forward();
@@ -191,7 +194,9 @@ void print_infer_table(const InferBenchOptions& o, const std::vector<nlohmann::j
 
 void run_infer(const InferBenchOptions& o) {
   const auto batches = parse_positive_ints(o.batch_sizes, "--batch-sizes");
-  const auto amps = parse_choices(o.amp, "--amp", amp_choices());
+  std::vector<std::string> allowed = amp_choices();
+  allowed.emplace_back("half");  // the model and the batch in float16, no autocast (model.half())
+  const auto amps = parse_choices(o.amp, "--amp", allowed);
   const auto layouts = resolve_layouts(o.layout, o.channels_last);
   NABLA_CHECK(cuda::is_available(), "nabla-bench infer needs a CUDA device, and none was found");
   apply_memory_fraction(o.memory_fraction);
@@ -208,6 +213,14 @@ void run_infer(const InferBenchOptions& o) {
         model->to(Device::cuda(cuda::current_device()), memory_format_of(layout));
         model->eval();
         if (o.fuse) dynamic_cast<nn::models::ResNet&>(*model).fuse_for_inference();
+        if (amp == "half") {
+          // After folding (which computes in float64). Batch norms that were not folded keep
+          // float32 parameters, the dtype nabla's batch norm takes for 16-bit inputs.
+          model->to(kFloat16);
+          model->apply([](nn::Module& m) {
+            if (dynamic_cast<nn::BatchNorm2d*>(&m) != nullptr) m.to(kFloat32);
+          });
+        }
       });
       for (int64_t batch : batches) {
         with_oom_context(fmt::format("{} infer batch {} amp {} {}", o.arch, batch, amp, layout),
@@ -272,7 +285,9 @@ void add_infer_command(CLI::App& app) {
   cmd->add_option("--arch", o->arch, "resnet18|34|50|101|152")->capture_default_str();
   cmd->add_option("--batch-sizes", o->batch_sizes, "A comma list of batch sizes: one row each")
       ->capture_default_str();
-  cmd->add_option("--amp", o->amp, "A comma list of off, fp16 and bf16 (autocast): one row each")
+  cmd->add_option("--amp", o->amp,
+                  "A comma list of off, fp16 and bf16 (autocast) and half (the model and the batch in "
+                  "float16, no autocast, as torch_infer_latency.py's model.half()): one row each")
       ->capture_default_str();
   cmd->add_option("--layout", o->layout,
                   "A comma list of nchw and channels-last: one row each (default nchw)");
@@ -292,7 +307,7 @@ void add_infer_command(CLI::App& app) {
                 "Capture one forward into a CUDA graph after the warm-up and time its replays");
   cmd->add_flag("--fuse", o->fuse,
                 "Fold each batch norm into its convolution (ResNet::fuse_for_inference): convolution, bias, "
-                "ReLU and residual sum as one cuDNN call");
+                "ReLU and residual sum as one call (a cuBLASLt epilogue or cuDNN's fusion engines)");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag(
       "!--no-torch-compile", o->torch_compile,

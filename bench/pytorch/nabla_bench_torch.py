@@ -11,7 +11,8 @@ line for every configuration (nabla-bench reads them and prints nabla / PyTorch)
          forward and loss through torch.compile (default mode), as ../shared/bench/
          torch_compile_rn50.py does; its rows carry "mode": "compile" (else "eager").
   infer: eval mode under inference_mode, one autocast scope per iteration for --amp (the model
-         stays float32, as in nabla), each iteration timed on its own (CUDA events; wall clock
+         stays float32, as in nabla; --amp half instead runs model.half() on a float16 batch, as
+         ../shared/bench/torch_infer_latency.py does), each iteration timed on its own (CUDA events; wall clock
          on the CPU); median, p90 (linear interpolation, as nabla's percentile) and img/s from
          the median. --compile-mode runs torch.compile(model, mode=...) instead
          (reduce-overhead is PyTorch's CUDA graphs); its rows carry that "mode".
@@ -29,6 +30,7 @@ import time
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 AMPS = ("off", "fp16", "bf16")
+INFER_AMPS = AMPS + ("half",)  # half: the model and the batch in float16 (model.half()), no autocast
 LAYOUTS = ("nchw", "channels-last")
 
 
@@ -95,7 +97,7 @@ class Runner:
         return m
 
     def autocast(self, amp):
-        if amp == "off":  # (torch 1.13's CPU autocast rejects a float32 dtype even when disabled)
+        if amp in ("off", "half"):  # (torch 1.13's CPU autocast rejects a float32 dtype even when disabled)
             return contextlib.nullcontext()
         dtype = {"fp16": self.torch.float16, "bf16": self.torch.bfloat16}[amp]
         return self.torch.autocast(device_type=self.dev.type, dtype=dtype)
@@ -185,9 +187,11 @@ class Runner:
         self.reset_memory()
         try:
             m = self.model(layout).eval()
+            x = self.input(batch, layout)
+            if amp == "half":
+                m, x = m.half(), x.half()
             if a.compile_mode:
                 m = torch.compile(m, mode=a.compile_mode)
-            x = self.input(batch, layout)
             times = []
             with torch.inference_mode():
                 for _ in range(a.warmup):
@@ -227,7 +231,8 @@ def parse_args(argv):
     for name in ("train", "infer"):
         s = sub.add_parser(name)
         s.add_argument("--arch", default="resnet50", choices=ARCHS)
-        s.add_argument("--amp", default="off", help="comma list of off, fp16, bf16")
+        s.add_argument("--amp", default="off",
+                       help="comma list of off, fp16, bf16" + (", half" if name == "infer" else ""))
         s.add_argument("--layout", default=None, help="comma list of nchw, channels-last")
         s.add_argument("--channels-last", action="store_true", help="same as --layout channels-last")
         s.add_argument("--warmup", type=int, default=15 if name == "train" else 10)
@@ -243,7 +248,7 @@ def parse_args(argv):
             s.add_argument("--compile-mode", default=None,
                            help="torch.compile the model in this mode (reduce-overhead: CUDA graphs)")
     a = p.parse_args(argv)
-    a.amps = choices(a.amp, "--amp", AMPS)
+    a.amps = choices(a.amp, "--amp", INFER_AMPS if a.command == "infer" else AMPS)
     if a.layout and a.channels_last:
         sys.exit("give --layout or --channels-last, not both")
     a.layouts = choices(a.layout, "--layout", LAYOUTS) if a.layout else (
@@ -270,8 +275,8 @@ def main(argv):
     if a.device == "cuda" and not torch.cuda.is_available():
         emit({"skipped": f"PyTorch {torch.__version__} under {sys.executable} sees no CUDA device"})
         return 3
-    if a.device == "cpu" and "fp16" in a.amps:
-        sys.exit("--amp fp16 needs --device cuda (autocast on the CPU takes bf16 only)")
+    if a.device == "cpu" and ("fp16" in a.amps or "half" in a.amps):
+        sys.exit("--amp fp16 and half need --device cuda (autocast on the CPU takes bf16 only)")
     torch.backends.cudnn.benchmark = True
     if a.memory_fraction is not None and a.device == "cuda":
         torch.cuda.set_per_process_memory_fraction(a.memory_fraction)

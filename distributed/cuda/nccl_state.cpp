@@ -103,11 +103,12 @@ bool ProcessGroupNccl::State::wait_ready(Ticket& t) {
   }
 }
 
-void ProcessGroupNccl::State::put_on_stream(Ticket& t, bool device_wait) {
+void ProcessGroupNccl::State::put_on_stream(Ticket& t, bool device_wait, bool watch) {
   try {
     if (device_wait) t.ready->block(stream);
     settle(t.call(static_cast<cudaStream_t>(stream.handle())), t.what);
     t.done->record(stream);
+    if (!watch) return;
     std::lock_guard lock(mutex);
     pending.push_back({t.done, Clock::now(), t.what});
   } catch (const std::exception& e) {

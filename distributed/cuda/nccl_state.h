@@ -77,7 +77,9 @@ struct ProcessGroupNccl::State {
   // Calls NCCL for t on the communication stream (device_wait: behind a device-side wait for its
   // inputs). Only the thread that claimed t calls this. A failure aborts the group, and the
   // waiters see it.
-  void put_on_stream(Ticket& t, bool device_wait);
+  // watch = false: the watchdog does not track it (a collective captured into a CUDA graph,
+  // whose done event a query from the watchdog's thread must not touch).
+  void put_on_stream(Ticket& t, bool device_wait, bool watch = true);
   // Under mutex: t, the front, is on the stream (or the group failed).
   void finish_launch(const std::shared_ptr<Ticket>& t);
   // Puts every queued ticket on the communication stream now, in order, behind device-side

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "nabla/core/cuda/check.h"
+#include "nabla/core/cuda/graph.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
@@ -213,9 +214,17 @@ std::shared_ptr<Work> run(const std::shared_ptr<ProcessGroupNccl::State>& state,
   ticket->ready->record(cuda::current_stream(s.device));
   ticket->call = std::forward<Launch>(launch);
   ticket->what = what;
-  if (!s.launch_when_ready) {
+  // Note [Collectives in a CUDA graph]: inside a capture the collective is launched here, on the
+  // capturing thread, whatever the launch mode: the communication stream joins the capture
+  // through the wait on `ready`, the collective becomes a node of the graph, and Work::wait's
+  // device-side wait on `done` joins it back. The launcher thread could not take it (it polls
+  // `ready`, an event of the capture), and the watchdog leaves it alone (its `done` is recorded
+  // again by every replay, not by this call), so a replay's collective has no timeout of its own.
+  const bool in_capture = cuda::is_capturing();
+  if (!s.launch_when_ready || in_capture) {
+    if (in_capture) s.flush();  // anything queued before the capture goes first, in order
     // Eager: on the communication stream now, behind a device-side wait for the caller's stream.
-    s.put_on_stream(*ticket, /*device_wait=*/true);
+    s.put_on_stream(*ticket, /*device_wait=*/true, /*watch=*/!in_capture);
     s.check_healthy(what);  // throws if the launch failed (put_on_stream aborted the group)
     std::lock_guard lock(s.mutex);
     ticket->launched = true;

@@ -216,9 +216,13 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     auto* dzp = ptr<T>(grads.dresidual);
     const auto* yp = ptr<const T>(relu_y);
     const int vec = vector_width<T>(b, {xp, dyp, dxp, dzp, yp});
+    // relu(bn(x) + z): the sums pass writes g = dy * (y > 0), z's gradient, as it reads it, and
+    // the dx pass reads g instead of dy and y (one pass fewer over the activation).
+    const bool mask_in_sums = yp != nullptr && dzp != nullptr && dxp != nullptr;
     int64_t splits = 0;
     const Tensor partial =
-        channel_sums<T>(GradTerms<T>{dyp, xp, yp, ptr<A>(stats.mean)}, b, vec, stats.mean, stream, &splits);
+        channel_sums<T>(GradTerms<T>{dyp, xp, yp, ptr<A>(stats.mean), mask_in_sums ? dzp : nullptr}, b, vec,
+                        stats.mean, stream, &splits);
     grad_finalize_kernel<A><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
         ptr<A>(partial), splits, b.channels, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
         ptr<A>(weight), ptr<A>(coef), ptr<A>(grads.dweight), ptr<A>(grads.dbias));
@@ -228,7 +232,8 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     const int64_t numel = x.numel();
     with_width<T>(vec, [&]<int V>() {
       grad_input_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
-          dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef), yp, dzp);
+          mask_in_sums ? dzp : dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef),
+          mask_in_sums ? nullptr : yp, mask_in_sums ? nullptr : dzp);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });

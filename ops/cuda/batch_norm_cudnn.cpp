@@ -269,22 +269,6 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, d
     batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
     return;
   }
-  if (s.impl == BatchNormImpl::CudnnExMasked) {
-    // dy * (y > 0) is the gradient of bn(x) [+ z] (and so the residual's), which the plain
-    // backward then takes: dresidual may be dy's own buffer (the front end's in-place case),
-    // each element read before it is written.
-    const Tensor masked = grads.dresidual.defined()
-                              ? grads.dresidual
-                              : Tensor::empty(dy.sizes(), {.dtype = dy.dtype(),
-                                                           .device = dy.device(),
-                                                           .memory_format = MemoryFormat::ChannelsLast});
-    binary(BinaryOp::ThresholdBackward, dy, s.y, masked, 1.0);
-    batch_norm_backward(
-        masked, s.x, s.weight, s.stats,
-        {.impl = BatchNormImpl::CudnnEx, .reserve = s.reserve, .persistent = true}, eps,
-        {.dx = grads.dx, .dresidual = Tensor(), .dweight = grads.dweight, .dbias = grads.dbias});
-    return;
-  }
   nabla::cuda::DeviceGuard device(s.x.device().index);
   const ReluDescriptor relu;
   const auto ops = s.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
@@ -299,6 +283,7 @@ void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, d
 BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu) {
   BatchNormForward kernels{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
   if (!cudnn_can_take(x, /*training=*/true, CUDNN_BN_MIN_EPSILON) || x.dtype() == kFloat64) return kernels;
+  if (relu) return kernels;  // the mask inside the sums pass (norm_kernels.h)
   nabla::cuda::DeviceGuard device(x.device().index);
   const Descs d(x, CUDNN_BATCHNORM_SPATIAL_PERSISTENT);
   size_t reserve_bytes = 0;
@@ -309,12 +294,10 @@ BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu) {
   // Zeroed, the state of a reserve no forward has written. The plain backward runs right from it
   // (CudaConvBatchNorm.BatchNormFromSumsIsAsCloseToFloat32AsComposed); the fused ones do not:
   // BN_ADD_ACTIVATION's backward from a zeroed reserve gave gradients unrelated to the true ones
-  // on an H200, so the ReLU is applied to dy first (batch_norm_fused_backward).
+  // on an H200.
   Tensor reserve = bytes_on(x, reserve_bytes);
   if (reserve_bytes > 0) fill(reserve, 0.0);
-  return {.impl = relu ? BatchNormImpl::CudnnExMasked : BatchNormImpl::CudnnEx,
-          .reserve = reserve,
-          .persistent = true};
+  return {.impl = BatchNormImpl::CudnnEx, .reserve = reserve, .persistent = true};
 }
 
 }  // namespace nabla::ops::cuda

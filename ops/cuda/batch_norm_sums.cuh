@@ -55,11 +55,15 @@ struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused 
   const T* x;
   const T* relu_y;  // null: no ReLU
   const A* mean;
+  // Non-null: g is also written here as it is read (the residual's gradient, so the dx pass
+  // reads g instead of dy and y). May be dy itself: each element is read before it is written.
+  T* masked_out = nullptr;
   __device__ A prepare(int64_t c) const { return mean[c]; }
   template <int V>
   __device__ void add(int64_t off, A m, A& s0, A& s1) const {
     A g[V], v[V];
     load_grad<T, V>(dy, relu_y, off, g);
+    if (masked_out) store_vec<T, V>(masked_out + off, g);
     load_vec<T, V>(x + off, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -71,6 +75,7 @@ struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused 
   __device__ void add_lanes(int64_t off, const A (&m)[V], A (&s0)[V], A (&s1)[V]) const {
     A g[V], v[V];
     load_grad<T, V>(dy, relu_y, off, g);
+    if (masked_out) store_vec<T, V>(masked_out + off, g);
     load_vec<T, V>(x + off, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {

@@ -50,6 +50,7 @@
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/logging.h"
+#include "nabla/ops/cuda/conv_bn_kernels.h"
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/cuda/cudnn_descriptors.h"
 #include "nabla/ops/cuda/kernels.h"
@@ -445,6 +446,9 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
          {.bias = bias, .allow_tf32 = settings.allow_tf32});
     return;
   }
+  // channels_last 16-bit with a bias: the bias in the convolution's epilogue where cuDNN's
+  // fusion engines take it, else a pass of its own.
+  if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, settings)) return;
   run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
@@ -460,14 +464,43 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const bool nhwc = check_layouts("conv2d_relu", x, w, y);
   if (residual.defined() && (residual.strides() != y.strides() || residual.dtype() != y.dtype()))
     return false;
+  // Note [Few input channels]: cuDNN has no fast kernel for a channels_last 16-bit convolution
+  // of an image (3 channels): at batch 16, ResNet-50's folded stem took 200 us of a 1.07 ms
+  // forward on a generic one. Zero channels up to 8 make it an ordinary implicit GEMM, which
+  // the fusion engines also take, for one small copy of the input and of the weight.
+  if (nhwc && is_reduced_float(x.dtype()) && params.groups == 1 && x.size(1) < 8) {
+    const auto padded = [](const Tensor& t) {
+      Tensor p = Tensor::empty(
+          {t.size(0), 8, t.size(2), t.size(3)},
+          {.dtype = t.dtype(), .device = t.device(), .memory_format = MemoryFormat::ChannelsLast});
+      fill(p, 0.0);
+      copy(t, p.narrow(1, 0, t.size(1)));
+      return p;
+    };
+    return conv2d_forward_relu(padded(x), padded(w), bias, residual, y, params, settings);
+  }
+  // cuDNN reads the bias in y's type.
+  const Tensor b = bias.dtype() == y.dtype() ? bias.contiguous() : bias.to(y.dtype());
+  // A 1x1 convolution of stride 1 is a GEMM (Note [Pointwise convolutions as GEMMs]): cuBLASLt
+  // adds the bias and the residual and applies the ReLU in its epilogue.
+  if (is_pointwise_gemm(x, w, params) &&
+      gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y),
+           {.bias = b,
+            .allow_tf32 = settings.allow_tf32,
+            .relu = true,
+            .addend = residual.defined() ? pixel_rows(residual) : Tensor{}}))
+    return true;
+  // channels_last 16-bit: cuDNN's fusion engines, whose plans benchmark mode times on the call
+  // itself. The legacy fused call below takes the plain convolution's algorithm, which at small
+  // batches was a poor one for it (docs/performance.md, session 15).
+  if (conv2d_forward_bias_relu(x, w, b, residual, true, y, params, settings)) return true;
   // The forward's algorithm (same key, so the same cached choice): cuDNN runs the bias, the sum
   // and the ReLU in that algorithm's epilogue.
   Problem p = make_problem(x, w, y, params, settings, nhwc);
   Tensor workspace;
   const Choice choice = choose<Direction::Forward>(
       p, make_key(Direction::Forward, x, w, p, params, settings, nhwc), settings, "conv2d_relu", workspace);
-  // cuDNN reads the bias in y's type, as a (1, O, 1, 1) tensor.
-  const Tensor b = bias.dtype() == y.dtype() ? bias.contiguous() : bias.to(y.dtype());
+  // cuDNN reads the bias as a (1, O, 1, 1) tensor.
   const TensorDescriptor bias_desc(
       ops::alias(b, {1, b.size(0), 1, 1}, {b.size(0), 1, 1, 1}, b.storage_offset()));
   const Tensor& z = residual.defined() ? residual : y;  // alpha2 = 0 when there is no residual

@@ -72,10 +72,17 @@ enum Uid : int64_t {
   kDBias,
   kEqDy,
   kEqX,
-  kEqBias
+  kEqBias,
+  kResidual
 };
 
-enum class Pattern : int64_t { ForwardStats, WeightGradAffineRelu, DataGradReluMask, DataGradBatchNormRelu };
+enum class Pattern : int64_t {
+  ForwardStats,
+  WeightGradAffineRelu,
+  DataGradReluMask,
+  DataGradBatchNormRelu,
+  ForwardBiasRelu
+};
 
 thread_local std::string last_engine;
 
@@ -393,6 +400,55 @@ bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w
       {x.data_ptr(), w.data_ptr(), grad_z.data_ptr(), grad_pre.data_ptr(), bn.mean.data_ptr(),
        bn.invstd.data_ptr(), bn.weight.data_ptr(), bn.bias.data_ptr(), out.dweight.data_ptr(),
        out.dbias.data_ptr(), out.eq_dy.data_ptr(), out.eq_x.data_ptr(), out.eq_bias.data_ptr()});
+  return true;
+}
+
+bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                              bool relu, const Tensor& y, const ConvParams& p, const CudnnSettings& settings,
+                              std::string* why) {
+  std::string problem = residual.defined() ? layout_problem({&x, &w, &y, &residual}, {}, p)
+                                           : layout_problem({&x, &w, &y}, {}, p);
+  if (!problem.empty()) return refuse(why, problem);
+  if (residual.defined() && residual.strides() != y.strides())
+    return refuse(why, "the residual must be laid out as the output");
+  if (bias.dim() != 1 || bias.numel() != y.size(1) || !bias.is_contiguous() || bias.device() != y.device() ||
+      (bias.dtype() != kFloat32 && bias.dtype() != y.dtype()) ||
+      reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 != 0)
+    return refuse(why, "the bias must be a 16-byte-aligned contiguous (O) tensor, float32 or of y's dtype");
+  nabla::cuda::DeviceGuard device(x.device().index);
+  // The bias's dtype and the epilogue's shape (residual, ReLU) are part of the problem.
+  std::vector<int64_t> key = key_of(Pattern::ForwardBiasRelu, p, nullptr, settings, {&x, &w, &y});
+  key.insert(key.end(), {static_cast<int64_t>(bias.dtype()), residual.defined(), relu});
+  Entry* entry = cached(settings, std::move(key), [&](Graph& g) {
+    const std::vector<int64_t> dims = dims_of(y), strides = strides_of(y);
+    g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
+    g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
+    g.tensor(kY, io_type(y), dims, strides);
+    channel_tensor(g, kBias, y.size(1), bias.dtype() == kFloat32 ? CUDNN_DATA_FLOAT : io_type(y));
+    // conv -> + bias [-> + residual] [-> ReLU], each step a float32 virtual tensor but the last.
+    int64_t v = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+    g.conv_forward(conv_of(p), kX, kW, v);
+    std::vector<std::pair<cudnnPointwiseMode_t, std::optional<int64_t>>> steps = {
+        {CUDNN_POINTWISE_ADD, kBias}};
+    if (residual.defined()) {
+      g.tensor(kResidual, io_type(residual), dims, strides);
+      steps.emplace_back(CUDNN_POINTWISE_ADD, kResidual);
+    }
+    if (relu) steps.emplace_back(CUDNN_POINTWISE_RELU_FWD, std::nullopt);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int64_t next = i + 1 == steps.size() ? kY : g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+      g.pointwise({.mode = steps[i].first, .x = v, .b = steps[i].second, .y = next});
+      v = next;
+    }
+  });
+  if (std::string reason = unusable(entry); !reason.empty()) return refuse(why, reason);
+  std::vector<int64_t> uids = {kX, kW, kY, kBias};
+  std::vector<void*> ptrs = {x.data_ptr(), w.data_ptr(), y.data_ptr(), bias.data_ptr()};
+  if (residual.defined()) {
+    uids.push_back(kResidual);
+    ptrs.push_back(residual.data_ptr());
+  }
+  run(*entry, x.device(), uids, ptrs);
   return true;
 }
 

@@ -82,6 +82,13 @@ void batch_norm_apply(const Tensor& x, const Tensor& coefficients, const Tensor&
 // of y's 16-bit dtype. The fused prologue, written out where no fused engine runs.
 void batch_norm_affine_relu(const Tensor& y, const Tensor& scale, const Tensor& shift, const Tensor& out);
 
+// y = conv(x, w) + bias [+ residual], then a ReLU when `relu`, in the convolution's epilogue
+// (an inference convolution with its batch norm folded in, nn::fold_batch_norm): y is written
+// once. bias (O) is float32 or y's dtype; residual (may be undefined) is laid out as y.
+bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
+                              bool relu, const Tensor& y, const ConvParams& p, const CudnnSettings& settings,
+                              std::string* why = nullptr);
+
 // The engine of the last fused call on this thread (any pattern), for benchmarks.
 std::string conv_bn_last_engine();
 

@@ -122,6 +122,8 @@ struct Problem {
   bool bias_grad_of_a = false;
   bool gelu = false;         // D = gelu_tanh(A B [+ bias])
   void* gelu_aux = nullptr;  // and the pre-activation A B [+ bias], laid out as D (GELU_AUX)
+  bool relu = false;         // D = relu(A B [+ C] [+ bias])
+  const void* c = nullptr;   // C, laid out as D, with beta = 1 (null: C is D)
 };
 
 // The largest power of two (up to 256) dividing every byte offset the call may address first.
@@ -133,7 +135,7 @@ uint32_t alignment(const void* p, int64_t batch, int64_t batch_stride_bytes) {
   return align;
 }
 
-using Key = std::array<int64_t, 26>;
+using Key = std::array<int64_t, 29>;
 
 struct AlgoCache {
   std::mutex mutex;
@@ -175,6 +177,9 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
       desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, p.gelu_aux);
       desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.ldd);
     }
+  } else if (p.relu) {
+    desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, p.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
+    if (p.bias) desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
   } else if (p.bias) {
     desc.set(CUBLASLT_MATMUL_DESC_EPILOGUE, CUBLASLT_EPILOGUE_BIAS);
     desc.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);
@@ -194,6 +199,7 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   const uint32_t align_a = alignment(p.a, p.batch, p.stride_a * item);
   const uint32_t align_b = alignment(p.b, p.batch, p.stride_b * item);
   const uint32_t align_d = alignment(p.d, p.batch, p.stride_d * item);
+  const uint32_t align_c = p.c ? alignment(p.c, p.batch, p.stride_d * item) : align_d;
   const uint32_t align_bias = p.bias        ? alignment(p.bias, 1, 0)
                               : p.bias_grad ? alignment(p.bias_grad, 1, 0)
                                             : 0;
@@ -222,7 +228,10 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
                 p.bias_grad != nullptr,
                 p.bias_grad_of_a,
                 p.gelu,
-                p.gelu_aux ? alignment(p.gelu_aux, 1, 0) : 0};
+                p.gelu_aux ? alignment(p.gelu_aux, 1, 0) : 0,
+                p.relu,
+                p.c != nullptr,
+                align_c};
 
   std::optional<cublasLtMatmulAlgo_t> algo;
   {
@@ -236,7 +245,7 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
       pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace.bytes));
       pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a);
       pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b);
-      pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d);
+      pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c);
       pref.set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
       if (p.type == CUDA_R_16F || p.type == CUDA_R_16BF) {
         // Split-K partial sums stay in float32, never rounded to the 16-bit output in between.
@@ -249,14 +258,14 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
           handle, desc.get(), la.get(), lb.get(), ld.get(), ld.get(), pref.get(), 1, &result, &found);
       // A bias-gradient or GELU epilogue some versions refuse with another status: the caller
       // sums or composes instead.
-      if (status != CUBLAS_STATUS_NOT_SUPPORTED && p.bias_grad == nullptr && !p.gelu)
+      if (status != CUBLAS_STATUS_NOT_SUPPORTED && p.bias_grad == nullptr && !p.gelu && !p.relu && !p.c)
         NABLA_CUBLAS_CHECK(status);
       if (status == CUBLAS_STATUS_SUCCESS && found > 0) algo = result.algo;
       cache.algos.emplace(key, algo);
     }
   }
   if (!algo) {
-    NABLA_CHECK(p.bias != nullptr || p.bias_grad != nullptr || p.gelu,
+    NABLA_CHECK(p.bias != nullptr || p.bias_grad != nullptr || p.gelu || p.relu || p.c != nullptr,
                 "matmul: cuBLASLt has no algorithm for ({} x {}) @ ({} x {}) x {} batches of {} (leading "
                 "dims {}, {}, {})",
                 p.m, p.k, p.k, p.n, p.batch, p.type == CUDA_R_64F ? "float64" : "this dtype", p.lda, p.ldb,
@@ -267,11 +276,12 @@ bool run(const Problem& p, int device, cudaStream_t stream) {
   const float one_f = 1.0f, zero_f = 0.0f;
   const double one_d = 1.0, zero_d = 0.0;
   const void* alpha = f64 ? static_cast<const void*>(&one_d) : static_cast<const void*>(&one_f);
-  const void* beta =
-      p.accumulate ? alpha : (f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f));
+  const void* beta = p.accumulate || p.c != nullptr
+                         ? alpha
+                         : (f64 ? static_cast<const void*>(&zero_d) : static_cast<const void*>(&zero_f));
   NABLA_CUBLAS_CHECK(cublaslt_api().cublasLtMatmul(handle, desc.get(), alpha, p.a, la.get(), p.b, lb.get(),
-                                                   beta, p.d, ld.get(), p.d, ld.get(), &*algo, workspace.data,
-                                                   workspace.bytes, stream));
+                                                   beta, p.c != nullptr ? p.c : p.d, ld.get(), p.d, ld.get(),
+                                                   &*algo, workspace.data, workspace.bytes, stream));
   return true;
 }
 
@@ -360,6 +370,14 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
     return false;
   NABLA_ASSERT(!options.accumulate || (!bias.defined() && !sums.defined() && !options.gelu),
                "gemm: accumulate takes no bias, sums or GELU epilogue");
+  const Tensor& addend = options.addend;
+  const bool relu_epilogue = options.relu || addend.defined();
+  NABLA_ASSERT(!relu_epilogue || (out.dim() == 2 && !sums.defined() && !options.gelu && !options.accumulate &&
+                                  (!addend.defined() ||
+                                   (addend.sizes() == out.sizes() && addend.strides() == out.strides() &&
+                                    addend.dtype() == out.dtype()))),
+               "gemm: a ReLU or addend epilogue is for 2-d products, the addend laid out as out");
+  if (relu_epilogue && (out.numel() == 0 || k == 0)) return false;  // the caller composes
   if (out.numel() == 0) return !sums.defined();
   if (k == 0 && options.accumulate) return true;  // out += an empty sum
   if (k == 0) {                                   // an empty sum: zeros, plus the bias
@@ -419,6 +437,15 @@ bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions
     p.gelu = true;
     p.gelu_aux = options.gelu_input.defined() ? options.gelu_input.data_ptr() : nullptr;
     // One 2-d product (no batches): the epilogue's algorithm exists or the caller composes.
+    p.a = b.data_ptr();
+    p.b = a.data_ptr();
+    p.d = out.data_ptr();
+    return run(p, device, stream);
+  }
+  if (relu_epilogue) {
+    // One 2-d product, as for GELU: the epilogue's algorithm exists or the caller composes.
+    p.relu = options.relu;
+    p.c = addend.defined() ? addend.data_ptr() : nullptr;
     p.a = b.data_ptr();
     p.b = a.data_ptr();
     p.d = out.data_ptr();

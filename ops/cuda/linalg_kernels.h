@@ -28,14 +28,21 @@ struct GemmOptions {
   // out += the product (cuBLASLt's beta = 1): out's contents are added in the epilogue, not by
   // a pass of their own (a gradient accumulated into the sum so far). No bias, sums or GELU.
   bool accumulate = false;
+  // 2-d products only: out = relu(product [+ bias] [+ addend]) (relu), or product [+ bias] +
+  // addend, in the epilogue: an inference convolution with its batch norm folded in, its ReLU
+  // and its residual block's sum in one pass. addend (out's shape, dtype and contiguity) is
+  // cuBLASLt's C with beta = 1. When cuBLASLt has no algorithm with that epilogue nothing is
+  // written and gemm returns false: the caller composes. No sums, GELU or accumulate.
+  bool relu = false;
+  Tensor addend = {};
 };
 
 // out (..., N, M) = a (..., N, K) @ b (..., K, M) [+ bias]. a, b and out share the batch sizes
 // (a and b may be expanded, stride 0) and one floating dtype; a and b pass is_gemm_operand; out
 // is contiguous. float16/bfloat16 accumulate in float32, float64 in float64. Returns false when
 // sums were asked for and cuBLASLt has no algorithm that writes them: the product is then
-// written and the sums are not; and when a GELU epilogue was asked for and cuBLASLt has none (then
-// nothing is written).
+// written and the sums are not; and when a GELU, ReLU or addend epilogue was asked for and
+// cuBLASLt has none (then nothing is written).
 bool gemm(const Tensor& a, const Tensor& b, const Tensor& out, const GemmOptions& options = {});
 
 }  // namespace nabla::ops::cuda

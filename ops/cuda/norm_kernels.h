@@ -22,9 +22,6 @@ using BatchNormStats = cpu::BatchNormStats;
 enum class BatchNormImpl : uint8_t {
   Kernel,   // nabla's kernels (batch_norm.cu)
   CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
-  // The forward ran outside cuDNN (from a convolution's sums: batch_norm_backward_route). A fused
-  // node's backward masks dy by the ReLU itself, then runs the Ex API's plain (OPS_BN) backward.
-  CudnnExMasked,
 };
 
 struct BatchNormForward {
@@ -75,9 +72,15 @@ struct FusedBatchNormSaved {
   BatchNormImpl impl = BatchNormImpl::CudnnEx;
 };
 // The backward route of a 16-bit channels_last training batch norm whose forward ran outside
-// cuDNN (from a convolution's sums: batch_norm_stats_from_sums and batch_norm_apply): cuDNN's
-// plain NHWC backward (OPS_BN, with the reserve space it asks for, zeroed), after the ReLU's mask
-// for relu(bn(x) [+ z]) (CudnnExMasked); nabla's kernels where cuDNN does not take x.
+// cuDNN (from a convolution's sums: batch_norm_stats_from_sums and batch_norm_apply):
+//  - relu(bn(x) [+ z]): nabla's kernels, whose sums pass masks dy by the ReLU and writes the
+//    masked gradient (z's) as it reads it, and whose dx pass reads that: the mask costs no pass
+//    of its own. cuDNN's fused backward cannot run from a reserve no forward wrote (a zeroed
+//    one gave wrong gradients on an H200), and masking first for its plain backward took a
+//    pass more: ResNet-50's fp16 step went from 32.46 to 31.79 ms (docs/performance.md,
+//    session 17);
+//  - bn(x): cuDNN's plain NHWC backward (OPS_BN, with the reserve space it asks for, zeroed),
+//    faster than nabla's kernels there; nabla's kernels where cuDNN does not take x.
 BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu);
 // Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,

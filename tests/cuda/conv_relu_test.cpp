@@ -1,8 +1,9 @@
-// conv2d_relu on CUDA (one cuDNN call for convolution + bias [+ residual] + ReLU) against the
-// composed ops on the same device, for the convolutions of a ResNet (7x7 stride 2, 3x3, 1x1,
-// strided 1x1), with and without a residual, float32 (TF32 off) and float16 in both layouts; the
-// profiler shows the fused call ran (no separate ReLU). Then a folded ResNet-50 in float16
-// channels_last against the unfolded one.
+// conv2d_relu on CUDA (one call for convolution + bias [+ residual] + ReLU: cuBLASLt's epilogue
+// for 1x1 channels_last, cuDNN's fusion engines for other channels_last 16-bit convolutions,
+// cuDNN's legacy fused call otherwise) against the composed ops on the same device, for the convolutions of a
+// ResNet (7x7 stride 2, 3x3, 1x1, strided 1x1), with and without a residual, float32 (TF32 off) and float16
+// in both layouts; the profiler shows the fused call ran (no separate ReLU). Then a folded ResNet-50 in
+// float16 channels_last against the unfolded one.
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -44,6 +45,11 @@ TEST(CudaConvRelu, FusedCallMatchesTheComposition) {
                   ? random_input(plain.sizes(), seed + 10 * k + 3, kFloat32).to(gpu, dtype).contiguous(format)
                   : Tensor();
           Tensor want = relu(with_residual ? add(plain, r) : plain);
+          // The bias alone (an epilogue of its own for channels_last 16-bit) against a separate add.
+          const Tensor unbiased = conv2d(x, w, {}, o);
+          const double bias_tol = dtype == kFloat16 ? 1e-2 : 1e-5;
+          EXPECT_TRUE(all_close(plain, add(unbiased, b.reshape({1, c.out, 1, 1})), bias_tol, bias_tol))
+              << "bias epilogue, case " << k;
           profiler::start();
           Tensor got = conv2d_relu(x, w, b, {.residual = r}, o);
           const profiler::Report report = profiler::stop();

@@ -181,7 +181,10 @@ TEST(CudaParityConv, BenchmarkModeMatchesHeuristicsAndCachesOncePerShape) {
         benchmarked = run_conv(x, w, b, g, o);
         const size_t after_first = ops::cuda::conv_algorithm_cache_size();
         again = run_conv(x, w, b, g, o);
-        EXPECT_EQ(after_first, before + 3) << "one search per direction";
+        // One search per direction on cuDNN's legacy API; a channels_last 16-bit forward with a
+        // bias runs on the fusion engines instead (the bias in its epilogue), with plans of its own.
+        const bool fused_forward = channels_last && dtype != kFloat32;
+        EXPECT_EQ(after_first, before + (fused_forward ? 2 : 3)) << "one search per direction";
         EXPECT_EQ(ops::cuda::conv_algorithm_cache_size(), after_first) << "the second call hits the cache";
       }
       const std::string what = context("benchmark", dtype, channels_last ? "channels_last" : "NCHW");

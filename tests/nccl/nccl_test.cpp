@@ -203,6 +203,60 @@ TEST(NcclRank, Ddp) {
   }
 }
 
+// DDP over a one-rank NCCL group inside a CUDA-graph training step (Note [Collectives in a CUDA
+// graph]): the bucket allreduces become nodes of the graph, and every replay gives the losses,
+// gradients and weights of the same steps run eagerly on a plain copy of the model (one rank's
+// average is its own gradient). In both launch modes, with two buckets.
+TEST(CudaNccl, OneRankDdpInAGraphedStepEqualsTheEagerStep) {
+  if (!has_gpus(1)) GTEST_SKIP() << "no CUDA device";
+  for (const char* launch : {"when-ready", "eager"}) {
+    LaunchMode mode(launch);
+    const Device device = Device::cuda(cuda::current_device());
+    TcpStore store("127.0.0.1", 0, {.is_server = true});
+    ProcessGroupNccl group(store, 0, 1);
+    manual_seed(nabla::testing::test_seed());
+    Mlp model, reference;
+    model.to(device);
+    reference.to(device);
+    reference.load_state_dict(model.state_dict());
+    DistributedDataParallel ddp(model, group, {.bucket_cap_mb = 0.2, .first_bucket_cap_mb = 0.05});
+    EXPECT_GE(ddp.bucket_layout().size(), 2u);
+    const optim::SgdOptions sgd{.lr = 0.05, .momentum = 0.9};
+    optim::SGD opt(model.parameters(), sgd), reference_opt(reference.parameters(), sgd);
+    auto mse = [](const Tensor& a, const Tensor& b) { return ((a - b) * (a - b)).mean(); };
+    auto step = nn::make_graphed_step(
+        [&](const Tensor& x, const Tensor& y) {
+          opt.zero_grad();
+          Tensor loss = mse(ddp(x), y);
+          loss.backward();
+          opt.step();
+          return loss;
+        },
+        {.warmup = 2});
+    constexpr int kSteps = 6;
+    for (int s = 0; s < kSteps; ++s) {
+      const uint64_t seed = nabla::testing::test_seed() + 10 * s;
+      Tensor x = nabla::testing::random_input({16, 32}, seed, kFloat32).to(device);
+      Tensor y = nabla::testing::random_input({16, 8}, seed + 1, kFloat32).to(device);
+      reference_opt.zero_grad();
+      Tensor want = mse(reference(x), y);
+      want.backward();
+      reference_opt.step();
+      const double got = step(x, y).item<double>();
+      EXPECT_NEAR(got, want.item<double>(), 1e-6 * std::abs(want.item<double>())) << launch << " step " << s;
+    }
+    EXPECT_TRUE(step.graphed()) << launch << ": " << step.eager_reason();
+    EXPECT_EQ(step.replays(), kSteps - 2) << launch;
+    auto a = model.named_parameters(), b = reference.named_parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(nabla::testing::all_close(a[i].second.grad(), b[i].second.grad(), 1e-5, 1e-7))
+          << launch << " " << a[i].first << ".grad";
+      EXPECT_TRUE(nabla::testing::all_close(a[i].second, b[i].second, 1e-5, 1e-7))
+          << launch << " " << a[i].first;
+    }
+  }
+}
+
 TEST(CudaNccl, ADeadPeerAbortsWithAClearError) {
   if (!has_gpus(2)) GTEST_SKIP() << "needs two GPUs";
   auto codes = spawn_ranks(2, "NcclRank.DeadPeer", std::chrono::seconds(90));

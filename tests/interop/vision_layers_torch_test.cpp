@@ -1,0 +1,129 @@
+// Vision layers against Debian's PyTorch: pixel_shuffle / pixel_unshuffle (batched, extra batch
+// dims, unbatched) and conv1d (stride, padding, dilation, groups, bias; unbatched), through their
+// nn modules where they have one. torch_vision_layers.py writes float64 inputs, weights, outputs
+// and gradients under a random output gradient; nabla must give the same values and gradients.
+// gradcheck for each in float64. Then Dropout2d's channel masks, which no other library's random stream can reproduce: whole
+// channels zeroed, the rest scaled by 1 / (1 - p), about p of them, the same mask for the
+// gradient, and the identity in eval.
+//
+// The interop case skips itself (with a message) only when /usr/bin/python3 cannot import torch.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "test_util.h"
+#include "torch_python.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+namespace fs = std::filesystem;
+
+nn::StateDict run_torch_script() {
+  const fs::path file = fs::temp_directory_path() / fmt::format("nabla_vision_{}.safetensors", ::getpid());
+  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {}",
+                                          source_file("tests/interop/torch_vision_layers.py").string(),
+                                          file.string(), test_seed() % 100000);
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  nn::StateDict all = load_safetensors(file.string()).tensors;
+  fs::remove(file);
+  return all;
+}
+
+// Runs fn on leaves made from "<name>.<input>" and compares the output and every gradient.
+void expect_matches(const nn::StateDict& all, const std::string& name, const std::vector<std::string>& inputs,
+                    const std::function<Tensor(const TensorList&)>& fn) {
+  SCOPED_TRACE(name);
+  TensorList leaves;
+  for (const auto& in : inputs) leaves.push_back(all.at(name + "." + in).detach().requires_grad_(true));
+  const Tensor y = fn(leaves);
+  ASSERT_EQ(y.sizes(), all.at(name + ".y").sizes());
+  EXPECT_TRUE(all_close(y, all.at(name + ".y"), 1e-12, 1e-12));
+  y.backward(all.at(name + ".grad_y"));
+  for (size_t i = 0; i < inputs.size(); ++i)
+    EXPECT_TRUE(all_close(leaves[i].grad(), all.at(name + ".grad_" + inputs[i]), 1e-12, 1e-12)) << inputs[i];
+}
+
+TEST(InteropVisionLayers, PixelShuffleAndConv1dMatchPyTorch) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const nn::StateDict all = run_torch_script();
+  nn::PixelShuffle shuffle3(3), shuffle2(2);
+  nn::PixelUnshuffle unshuffle2(2), unshuffle3(3);
+  expect_matches(all, "pixel_shuffle", {"x"}, [&](const TensorList& t) { return shuffle3(t[0]); });
+  expect_matches(all, "pixel_shuffle_batch", {"x"}, [&](const TensorList& t) { return shuffle2(t[0]); });
+  expect_matches(all, "pixel_unshuffle", {"x"}, [&](const TensorList& t) { return unshuffle2(t[0]); });
+  expect_matches(all, "pixel_unshuffle_unbatched", {"x"},
+                 [&](const TensorList& t) { return unshuffle3(t[0]); });
+  // Conv1d with PyTorch's weights loaded by name (its state dict's keys and shapes).
+  nn::Conv1d conv({.in = 6, .out = 4, .kernel = 3, .stride = 2, .padding = 2, .dilation = 2, .groups = 2});
+  conv.to(kFloat64);
+  conv.load_state_dict({{"weight", all.at("conv1d.weight")}, {"bias", all.at("conv1d.bias")}});
+  expect_matches(all, "conv1d", {"x"}, [&](const TensorList& t) { return conv(t[0]); });
+  expect_matches(all, "conv1d", {"x", "weight", "bias"}, [&](const TensorList& t) {
+    return conv1d(t[0], t[1], t[2], {.stride = 2, .padding = 2, .dilation = 2, .groups = 2});
+  });
+  expect_matches(all, "conv1d_unbatched", {"x", "weight"},
+                 [&](const TensorList& t) { return conv1d(t[0], t[1]); });
+  // The round trip is exact.
+  const Tensor x = all.at("pixel_shuffle.x");
+  EXPECT_TRUE(all_close(pixel_unshuffle(pixel_shuffle(x, 3), 3), x, 0, 0));
+}
+
+TEST(VisionLayers, GradcheckInFloat64) {
+  const uint64_t seed = test_seed();
+  const Tensor x = random_input({2, 8, 3, 2}, seed, kFloat64).requires_grad_(true);
+  EXPECT_TRUE(gradcheck([](const TensorList& in) { return pixel_shuffle(in[0], 2); }, {x}));
+  EXPECT_TRUE(gradcheck([](const TensorList& in) { return pixel_unshuffle(in[0], 2); },
+                        {random_input({2, 3, 4, 6}, seed + 1, kFloat64).requires_grad_(true)}));
+  const Tensor s = random_input({2, 4, 9}, seed + 2, kFloat64).requires_grad_(true);
+  const Tensor w = random_input({6, 2, 3}, seed + 3, kFloat64).requires_grad_(true);
+  const Tensor b = random_input({6}, seed + 4, kFloat64).requires_grad_(true);
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        return conv1d(in[0], in[1], in[2], {.stride = 2, .padding = 1, .dilation = 2, .groups = 2});
+      },
+      {s, w, b}));
+  // The same channel mask on every evaluation: a fixed generator seed per call.
+  EXPECT_TRUE(gradcheck(
+      [&](const TensorList& in) {
+        Generator gen(seed + 5);
+        return dropout2d(in[0], {.p = 0.5, .generator = &gen});
+      },
+      {random_input({3, 4, 2, 2}, seed + 6, kFloat64).requires_grad_(true)}));
+}
+
+TEST(VisionLayers, Dropout2dZeroesWholeChannelsAndScalesTheRest) {
+  manual_seed(test_seed());
+  nn::Dropout2d drop(0.25);
+  const Tensor x = (random_input({64, 32, 3, 4}, test_seed(), kFloat32) + 2.0).requires_grad_(true);  // > 0
+  const Tensor y = drop(x);
+  y.backward(ones_like(y));
+  // Per (n, c): all zero or all x / 0.75, and the gradient is the same mask and scale.
+  const Tensor ratio = (y.detach() / x.detach()).reshape({64 * 32, 12});
+  const double scale = 1.0 / 0.75;
+  EXPECT_TRUE(all_close(ratio * (ratio - scale), zeros_like(ratio), 0, 1e-6)) << "not 0 or 1 / (1 - p)";
+  EXPECT_TRUE(all_close(var(ratio, {1}), zeros({64 * 32}), 0, 1e-10)) << "a channel was partly dropped";
+  const double dropped = 1.0 - mean(ratio).item<double>() / scale;
+  EXPECT_NEAR(dropped, 0.25, 0.05) << "2048 channels";
+  EXPECT_TRUE(all_close(x.grad().reshape({64 * 32, 12}), ratio, 1e-6, 0));
+  // Unbatched (C, H, W) and eval.
+  const Tensor u = drop(random_input({16, 2, 2}, test_seed() + 1, kFloat32) + 2.0);
+  EXPECT_EQ(u.sizes(), (Shape{16, 2, 2}));
+  drop.eval();
+  EXPECT_TRUE(drop(x).is_same(x));
+  EXPECT_NABLA_ERROR(dropout2d(random_input({4, 4}, 1, kFloat32)), "(N, C, H, W)");
+  EXPECT_NABLA_ERROR(nn::Dropout2d(1.0), "[0, 1)");
+  EXPECT_NABLA_ERROR(pixel_shuffle(random_input({1, 5, 2, 2}, 1, kFloat32), 2),
+                     "divisible by upscale_factor^2");
+  EXPECT_NABLA_ERROR(pixel_unshuffle(random_input({1, 1, 5, 4}, 1, kFloat32), 2),
+                     "divisible by downscale_factor");
+  EXPECT_NABLA_ERROR(conv1d(random_input({2, 3, 8}, 1, kFloat32), random_input({4, 3, 3, 3}, 2, kFloat32)),
+                     "weight (out, in / groups, kernel)");
+}
+
+}  // namespace
+}  // namespace nabla
