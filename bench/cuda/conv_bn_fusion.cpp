@@ -4,7 +4,10 @@
 // whether cuDNN offers an engine for each pattern, the largest relative error against the same
 // computation composed from unfused ops, and the median time.
 //
-//   ./build/cuda/bench/nabla_bench_conv_bn_fusion [runs, default 20]
+//   ./build/cuda/bench/nabla_bench_conv_bn_fusion [runs, default 20] [fp16|bf16, default fp16]
+//
+// bf16 asks whether cuDNN's engines take the same patterns in bfloat16 (the library fuses float16
+// only; h:* columns then use bfloat16 scale and bias).
 //
 // Columns (us): fwd = the plain convolution (cuDNN's legacy API, or cuBLASLt for 1x1 stride 1);
 // +st = conv + per-channel sums of y and y^2; p+st = the same with the previous batch norm's
@@ -68,14 +71,15 @@ int main(int argc, char** argv) {
   nabla::set_cudnn_benchmark(true);
   const k::CudnnSettings settings{.benchmark = true, .allow_tf32 = true, .deterministic = false};
   const nabla::Device gpu = nabla::Device::cuda();
-  const nabla::TensorOptions half{.dtype = nabla::kFloat16, .device = gpu};
+  const nabla::DType dtype = argc > 2 && std::string(argv[2]) == "bf16" ? nabla::kBFloat16 : nabla::kFloat16;
+  const nabla::TensorOptions half{.dtype = dtype, .device = gpu};
   const nabla::TensorOptions f32{.dtype = nabla::kFloat32, .device = gpu};
   const auto cl = [](Tensor t) { return t.contiguous(nabla::MemoryFormat::ChannelsLast); };
 
   std::printf(
-      "ResNet-50 convolutions, batch %lld, float16 channels_last, median of %d runs (us); "
+      "ResNet-50 convolutions, batch %lld, %s channels_last, median of %d runs (us); "
       "'-' = no engine\n",
-      static_cast<long long>(kBatch), runs);
+      static_cast<long long>(kBatch), nabla::dtype_name(dtype), runs);
   std::printf("%-22s %3s", "shape (in>out k s side)", "n");
   for (const char* n : kNames) std::printf(" %8s", n);
   std::printf("  max rel err (st, p+st, dg+m[/sums], p+wg, h:p+st)\n");
@@ -100,7 +104,7 @@ int main(int argc, char** argv) {
     // fused load rounds it.
     const Tensor scale4 = pro.scale.reshape({1, s.in, 1, 1}), bias4 = pro.bias.reshape({1, s.in, 1, 1});
     const Tensor act =
-        cl(nabla::relu(nabla::add(nabla::mul(x.to(nabla::kFloat32), scale4), bias4)).to(nabla::kFloat16));
+        cl(nabla::relu(nabla::add(nabla::mul(x.to(nabla::kFloat32), scale4), bias4)).to(dtype));
 
     double t[kColumns];
     bool ok[kColumns];
@@ -213,7 +217,7 @@ int main(int argc, char** argv) {
     }
     if (s.prologue) {
       // The prologue's scale and bias in float16 (the dtype cuDNN's ResNet samples use).
-      const k::AffineRelu pro16{.scale = pro.scale.to(nabla::kFloat16), .bias = pro.bias.to(nabla::kFloat16)};
+      const k::AffineRelu pro16{.scale = pro.scale.to(dtype), .bias = pro.bias.to(dtype)};
       time(8, [&](std::string* why) {
         return k::conv2d_forward_stats(x, pro16, w, y, sum, sqsum, p, settings, why);
       });
