@@ -59,6 +59,32 @@ Conv2d::Conv2d(const Conv2dOptions& options) : options_(options) {
   register_parameter("bias", bias);
 }
 
+ConvTranspose2d::ConvTranspose2d(const ConvTranspose2dOptions& options) : options_(options) {
+  NABLA_CHECK(options.in > 0 && options.out > 0 && options.groups > 0 && options.in % options.groups == 0 &&
+                  options.out % options.groups == 0,
+              "ConvTranspose2d: in ({}) and out ({}) must be > 0 and divisible by groups ({})", options.in,
+              options.out, options.groups);
+  NABLA_CHECK(options.kernel[0] > 0 && options.kernel[1] > 0,
+              "ConvTranspose2d: kernel must be > 0, got ({}, {})", options.kernel[0], options.kernel[1]);
+  weight = empty({options.in, options.out / options.groups, options.kernel[0], options.kernel[1]},
+                 options.tensor_options);
+  if (options.bias) bias = empty({options.out}, options.tensor_options);
+  // PyTorch's fan_in is weight.size(1) * kH * kW here too (out / groups), which default_init
+  // computes the same way.
+  default_init(weight, bias);
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  return conv_transpose2d(x, weight, bias,
+                          {.stride = options_.stride,
+                           .padding = options_.padding,
+                           .output_padding = options_.output_padding,
+                           .dilation = options_.dilation,
+                           .groups = options_.groups});
+}
+
 Conv1d::Conv1d(const Conv1dOptions& options) : options_(options) {
   NABLA_CHECK(options.in > 0 && options.out > 0 && options.groups > 0 && options.in % options.groups == 0 &&
                   options.out % options.groups == 0,
@@ -277,6 +303,28 @@ Dropout::Dropout(double p) : p_(p) {
 
 Tensor Dropout::forward(const Tensor& x) {
   return dropout(x, {.p = p_, .training = is_training()});
+}
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, const GroupNormOptions& options)
+    : groups_(num_groups), options_(options) {
+  NABLA_CHECK(num_groups > 0 && num_channels > 0 && num_channels % num_groups == 0,
+              "GroupNorm: num_groups ({}) must be > 0 and divide num_channels ({})", num_groups,
+              num_channels);
+  if (options.affine) {
+    weight = ones({num_channels}, options.tensor_options);
+    bias = zeros({num_channels}, options.tensor_options);
+  }
+  register_parameter("weight", weight);
+  register_parameter("bias", bias);
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  return group_norm(x, groups_, weight, bias, options_.eps);
+}
+
+Upsample::Upsample(const InterpolateOptions& options) : options_(options) {
+  NABLA_CHECK(options.size.has_value() != options.scale_factor.has_value(),
+              "Upsample: give exactly one of size and scale_factor");
 }
 
 Dropout2d::Dropout2d(double p) : p_(p) {

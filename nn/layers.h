@@ -13,6 +13,7 @@
 #include "nabla/ops/conv.h"
 #include "nabla/ops/conv_bn.h"
 #include "nabla/ops/elementwise.h"
+#include "nabla/ops/interpolate.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/pixel_shuffle.h"
@@ -64,6 +65,32 @@ class Conv2d : public Module {
 
  private:
   Conv2dOptions options_;
+};
+
+struct ConvTranspose2dOptions {
+  int64_t in = 0;
+  int64_t out = 0;
+  Pair2 kernel{0};
+  Pair2 stride{1};
+  Pair2 padding{0};
+  Pair2 output_padding{0};
+  Pair2 dilation{1};
+  int64_t groups = 1;
+  bool bias = true;
+  TensorOptions tensor_options = {};
+};
+// (N, in, H, W) -> (N, out, Ho, Wo), conv_transpose2d (ops/conv.h): the upsampling layer of
+// decoders. weight (in, out / groups, kH, kW), bias (out); initialized as PyTorch's, whose
+// state dicts load unchanged.
+class ConvTranspose2d : public Module {
+ public:
+  explicit ConvTranspose2d(const ConvTranspose2dOptions& options);
+  Tensor forward(const Tensor& x) override;
+  const ConvTranspose2dOptions& options() const { return options_; }
+  Tensor weight, bias;
+
+ private:
+  ConvTranspose2dOptions options_;
 };
 
 struct Conv1dOptions {
@@ -155,6 +182,34 @@ struct LayerNormOptions {
   bool autocast_output = false;
   TensorOptions tensor_options = {};
 };
+struct GroupNormOptions {
+  double eps = 1e-5;
+  bool affine = true;  // weight 1 and bias 0, one per channel
+  TensorOptions tensor_options = {};
+};
+// (N, C, *) in num_groups groups of channels, each (sample, group) normalized: group_norm
+// (ops/norm.h). PyTorch's GroupNorm (weight, bias).
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, const GroupNormOptions& options = {});
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+
+ private:
+  int64_t groups_;
+  GroupNormOptions options_;
+};
+
+// interpolate (ops/interpolate.h) as a layer: a fixed output size or scale factor.
+class Upsample : public Module {
+ public:
+  explicit Upsample(const InterpolateOptions& options);
+  Tensor forward(const Tensor& x) override { return interpolate(x, options_); }
+
+ private:
+  InterpolateOptions options_;
+};
+
 // Normalizes over the trailing dims normalized_shape; weight 1 and bias 0 of that shape.
 class LayerNorm : public Module {
  public:

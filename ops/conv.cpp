@@ -296,6 +296,77 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   return y;
 }
 
+Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
+                        ConvTranspose2dOptions o) {
+  const char* op = "conv_transpose2d";
+  ops::check_defined(op, x_in, "input");
+  ops::check_defined(op, weight_in, "weight");
+  const auto [x, w, bias] = ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
+  ops::check_same_device(op, {x, w, bias});
+  NABLA_CHECK(x.dim() == 4, "conv_transpose2d: expected a 4-d input (N, C, H, W), got {}", describe(x));
+  NABLA_CHECK(w.dim() == 4,
+              "conv_transpose2d: expected a 4-d weight (in_channels, out_channels / groups, kH, kW), got {}",
+              describe(w));
+  NABLA_CHECK(x.is_floating_point() && w.dtype() == x.dtype(),
+              "conv_transpose2d: expected a floating-point input and a weight of its dtype, got {} and {}",
+              describe(x), describe(w));
+  NABLA_CHECK(o.groups >= 1 && x.size(1) % o.groups == 0,
+              "conv_transpose2d: groups must be positive and divide the input's {} channels, got {}",
+              x.size(1), o.groups);
+  NABLA_CHECK(w.size(0) == x.size(1),
+              "conv_transpose2d: input {} has {} channels, but weight {} expects {} (weight.size(0))",
+              describe(x), x.size(1), describe(w), w.size(0));
+  const int64_t out_channels = w.size(1) * o.groups;
+  Shape out{x.size(0), out_channels, 0, 0};
+  for (int i = 0; i < 2; ++i) {
+    NABLA_CHECK(
+        o.stride[i] >= 1 && o.dilation[i] >= 1 && o.padding[i] >= 0 && o.output_padding[i] >= 0,
+        "conv_transpose2d: expected stride >= 1, dilation >= 1, padding >= 0 and output_padding >= 0, "
+        "got {}, {}, {} and {}",
+        pair_str(o.stride), pair_str(o.dilation), pair_str(o.padding), pair_str(o.output_padding));
+    NABLA_CHECK(o.output_padding[i] < o.stride[i] || o.output_padding[i] < o.dilation[i],
+                "conv_transpose2d: output_padding {} must be smaller than stride {} or dilation {}",
+                pair_str(o.output_padding), pair_str(o.stride), pair_str(o.dilation));
+    out[2 + i] = (x.size(2 + i) - 1) * o.stride[i] - 2 * o.padding[i] + o.dilation[i] * (w.size(2 + i) - 1) +
+                 o.output_padding[i] + 1;
+    NABLA_CHECK(out[2 + i] > 0, "conv_transpose2d: input {} with weight {} gives an empty output {}",
+                describe(x), describe(w), shape_str(out));
+  }
+  if (bias.defined()) {
+    NABLA_CHECK(bias.dim() == 1 && bias.size(0) == out_channels && bias.dtype() == x.dtype(),
+                "conv_transpose2d: expected a bias of shape [{}] and the input's dtype, got {}", out_channels,
+                describe(bias));
+  }
+  // The convolution this one transposes maps out -> x with the same weight and parameters.
+  const ops::ConvParams p = ops::conv_params(
+      {.stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups});
+  const MemoryFormat format = conv_format(x, w);
+  Tensor y = input_gradient(x, w, out, format, p);
+  if (bias.defined()) {
+    NoGradGuard no_grad;
+    y = add(y, bias.reshape({1, out_channels, 1, 1}));
+  }
+  if (autograd::needs_grad({x, w, bias})) {
+    autograd::record(op, {x, w, bias}, {y}, /*save=*/{x, w}, [p, format](autograd::BackwardContext& ctx) {
+      const Tensor& g = ctx.grad();  // (N, out, Ho, Wo): the transposed convolution's input
+      const Tensor& x = ctx.saved[0];
+      const Tensor& w = ctx.saved[1];
+      Tensor grad_x, grad_w, grad_b;
+      if (ctx.needs(0)) {
+        grad_x = forward(g.contiguous(format), w, {}, p, x.sizes());
+        refuse_double_backward(grad_x, {g, w}, "conv_transpose2d_backward_input");
+      }
+      if (ctx.needs(1)) {
+        grad_w = weight_gradient(x, g.contiguous(format), w, p);
+        refuse_double_backward(grad_w, {g, x}, "conv_transpose2d_backward_weight");
+      }
+      if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
+      return TensorList{grad_x, grad_w, grad_b};
+    });
+  }
+  return y;
+}
+
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, Conv1dOptions options) {
   ops::check_defined("conv1d", x, "input");
   ops::check_defined("conv1d", weight, "weight");

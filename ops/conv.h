@@ -43,6 +43,22 @@ struct Conv2dOptions {
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Conv2dOptions options = {});
 
+// Transposed convolution (PyTorch's conv_transpose2d, the upsampling of decoders and GANs): the
+// gradient of conv2d with respect to its input, run forward. x (N, in, H, W), weight (in,
+// out / groups, kH, kW), bias (out) or undefined -> (N, out, Ho, Wo) with
+// Ho = (H - 1) stride - 2 padding + dilation (kH - 1) + output_padding + 1 (likewise Wo).
+// output_padding (< stride or < dilation, per dim) picks among the output sizes a strided
+// convolution maps to one input size. On CUDA it is cuDNN's data-gradient convolution.
+struct ConvTranspose2dOptions {
+  Pair2 stride{1};
+  Pair2 padding{0};
+  Pair2 output_padding{0};
+  Pair2 dilation{1};
+  int64_t groups = 1;
+};
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {},
+                        ConvTranspose2dOptions options = {});
+
 // 1-d convolution (audio, time series): x (N, C, L) or unbatched (C, L), weight (O, C / groups,
 // K), bias (O) or undefined -> (N, O, Lo), Lo = (L + 2 padding - dilation (K - 1) - 1) / stride
 // + 1. It is conv2d over a height of 1, so it runs on the same kernels (cuDNN on CUDA).

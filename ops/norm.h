@@ -87,4 +87,12 @@ struct RMSNormOptions {
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                 RMSNormOptions options = {});
 
+// Group normalization (torch.nn.functional.group_norm): x (N, C, *) split into `groups` groups of
+// C / groups channels, each (n, group) normalized over its channels and positions with the
+// biased variance, then weight and bias (C) per channel when defined. It is layer_norm over each
+// (n, group) (the fused layer-norm kernels on either backend, float32 statistics for 16-bit x)
+// and one affine pass; the result keeps x's layout.
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight = {}, const Tensor& bias = {},
+                  double eps = 1e-5);
+
 }  // namespace nabla

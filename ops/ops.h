@@ -14,6 +14,7 @@
 #include "nabla/ops/embedding.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/indexing.h"
+#include "nabla/ops/interpolate.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/loss.h"
 #include "nabla/ops/masking.h"

@@ -44,6 +44,37 @@ def main(out, seed):
            {"x": rand(3, 6, 17), "weight": conv.weight.detach(), "bias": conv.bias.detach()}, gen)
     record(t, "conv1d_unbatched", lambda x, weight: F.conv1d(x, weight),
            {"x": rand(5, 9), "weight": rand(7, 5, 4)}, gen)
+    deconv = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+    record(t, "conv_transpose2d",
+           lambda x, weight, bias: F.conv_transpose2d(x, weight, bias, stride=2, padding=1, output_padding=1,
+                                                      groups=2),
+           {"x": rand(2, 4, 5, 4), "weight": deconv.weight.detach(), "bias": deconv.bias.detach()}, gen)
+    record(t, "conv_transpose2d_dilated",
+           lambda x, weight: F.conv_transpose2d(x, weight, stride=(3, 2), padding=(2, 0), output_padding=(2, 1),
+                                                dilation=(1, 2)),
+           {"x": rand(2, 3, 4, 5), "weight": rand(3, 5, 4, 2)}, gen)
+    gn = torch.nn.GroupNorm(3, 12)
+    with torch.no_grad():
+        gn.weight.copy_(rand(12) + 1)
+        gn.bias.copy_(rand(12))
+    record(t, "group_norm", lambda x, weight, bias: F.group_norm(x, 3, weight, bias, 1e-5),
+           {"x": rand(2, 12, 5, 3) * 4 + 1, "weight": gn.weight.detach(), "bias": gn.bias.detach()}, gen)
+    record(t, "group_norm_3d", lambda x: F.group_norm(x, 2, eps=1e-3), {"x": rand(3, 4, 7)}, gen)
+    # interpolate: every mode, size and scale factor, align_corners both ways, up and down.
+    cases = {
+        "nearest_size": dict(size=(7, 5), mode="nearest"),
+        "nearest_scale": dict(scale_factor=2.5, mode="nearest"),
+        "nearest_down": dict(size=(3, 2), mode="nearest"),
+        "bilinear_size": dict(size=(9, 4), mode="bilinear", align_corners=False),
+        "bilinear_corners": dict(size=(9, 7), mode="bilinear", align_corners=True),
+        "bilinear_scale": dict(scale_factor=1.7, mode="bilinear", align_corners=False),
+        "bilinear_down": dict(size=(2, 3), mode="bilinear", align_corners=False),
+        "bicubic_size": dict(size=(8, 11), mode="bicubic", align_corners=False),
+        "bicubic_corners": dict(size=(8, 3), mode="bicubic", align_corners=True),
+        "bicubic_scale": dict(scale_factor=2.0, mode="bicubic", align_corners=False),
+    }
+    for name, kwargs in cases.items():
+        record(t, "interpolate_" + name, lambda x, kw=kwargs: F.interpolate(x, **kw), {"x": rand(2, 3, 5, 4)}, gen)
     save_safetensors(out, t)
 
 

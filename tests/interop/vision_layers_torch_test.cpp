@@ -1,10 +1,12 @@
 // Vision layers against Debian's PyTorch: pixel_shuffle / pixel_unshuffle (batched, extra batch
-// dims, unbatched) and conv1d (stride, padding, dilation, groups, bias; unbatched), through their
-// nn modules where they have one. torch_vision_layers.py writes float64 inputs, weights, outputs
-// and gradients under a random output gradient; nabla must give the same values and gradients.
-// gradcheck for each in float64. Then Dropout2d's channel masks, which no other library's random stream can reproduce: whole
-// channels zeroed, the rest scaled by 1 / (1 - p), about p of them, the same mask for the
-// gradient, and the identity in eval.
+// dims, unbatched), conv1d (stride, padding, dilation, groups, bias; unbatched) and
+// conv_transpose2d (stride, padding, output_padding, groups, dilation, bias), group_norm and
+// interpolate (nearest, bilinear and bicubic, by size and by scale factor, align_corners both
+// ways, up and down), through their nn modules where they have one. torch_vision_layers.py writes float64
+// inputs, weights, outputs and gradients under a random output gradient; nabla must give the same values and
+// gradients. gradcheck for each in float64. Then Dropout2d's channel masks, which no other library's random
+// stream can reproduce: whole channels zeroed, the rest scaled by 1 / (1 - p), about p of them, the same mask
+// for the gradient, and the identity in eval.
 //
 // The interop case skips itself (with a message) only when /usr/bin/python3 cannot import torch.
 #include <unistd.h>
@@ -48,7 +50,7 @@ void expect_matches(const nn::StateDict& all, const std::string& name, const std
     EXPECT_TRUE(all_close(leaves[i].grad(), all.at(name + ".grad_" + inputs[i]), 1e-12, 1e-12)) << inputs[i];
 }
 
-TEST(InteropVisionLayers, PixelShuffleAndConv1dMatchPyTorch) {
+TEST(InteropVisionLayers, ConvolutionsAndPixelShuffleMatchPyTorch) {
   if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
   const nn::StateDict all = run_torch_script();
   nn::PixelShuffle shuffle3(3), shuffle2(2);
@@ -68,6 +70,48 @@ TEST(InteropVisionLayers, PixelShuffleAndConv1dMatchPyTorch) {
   });
   expect_matches(all, "conv1d_unbatched", {"x", "weight"},
                  [&](const TensorList& t) { return conv1d(t[0], t[1]); });
+  // ConvTranspose2d with PyTorch's weights loaded by name, and the functional op with gradients.
+  nn::ConvTranspose2d deconv(
+      {.in = 4, .out = 6, .kernel = 3, .stride = 2, .padding = 1, .output_padding = 1, .groups = 2});
+  deconv.to(kFloat64);
+  deconv.load_state_dict(
+      {{"weight", all.at("conv_transpose2d.weight")}, {"bias", all.at("conv_transpose2d.bias")}});
+  expect_matches(all, "conv_transpose2d", {"x"}, [&](const TensorList& t) { return deconv(t[0]); });
+  expect_matches(all, "conv_transpose2d", {"x", "weight", "bias"}, [&](const TensorList& t) {
+    return conv_transpose2d(t[0], t[1], t[2], {.stride = 2, .padding = 1, .output_padding = 1, .groups = 2});
+  });
+  expect_matches(all, "conv_transpose2d_dilated", {"x", "weight"}, [&](const TensorList& t) {
+    return conv_transpose2d(
+        t[0], t[1], {}, {.stride = {3, 2}, .padding = {2, 0}, .output_padding = {2, 1}, .dilation = {1, 2}});
+  });
+  // GroupNorm with PyTorch's parameters, and without affine on a 3-d input.
+  nn::GroupNorm gn(3, 12);
+  gn.to(kFloat64);
+  gn.load_state_dict({{"weight", all.at("group_norm.weight")}, {"bias", all.at("group_norm.bias")}});
+  expect_matches(all, "group_norm", {"x"}, [&](const TensorList& t) { return gn(t[0]); });
+  expect_matches(all, "group_norm", {"x", "weight", "bias"},
+                 [&](const TensorList& t) { return group_norm(t[0], 3, t[1], t[2]); });
+  expect_matches(all, "group_norm_3d", {"x"},
+                 [&](const TensorList& t) { return group_norm(t[0], 2, {}, {}, 1e-3); });
+  // interpolate, every mode.
+  using I = Interpolation;
+  const std::pair<const char*, InterpolateOptions> modes[] = {
+      {"nearest_size", {.size = {{7, 5}}, .mode = I::nearest}},
+      {"nearest_scale", {.scale_factor = 2.5, .mode = I::nearest}},
+      {"nearest_down", {.size = {{3, 2}}, .mode = I::nearest}},
+      {"bilinear_size", {.size = {{9, 4}}, .mode = I::bilinear}},
+      {"bilinear_corners", {.size = {{9, 7}}, .mode = I::bilinear, .align_corners = true}},
+      {"bilinear_scale", {.scale_factor = 1.7, .mode = I::bilinear}},
+      {"bilinear_down", {.size = {{2, 3}}, .mode = I::bilinear}},
+      {"bicubic_size", {.size = {{8, 11}}, .mode = I::bicubic}},
+      {"bicubic_corners", {.size = {{8, 3}}, .mode = I::bicubic, .align_corners = true}},
+      {"bicubic_scale", {.scale_factor = 2.0, .mode = I::bicubic}},
+  };
+  for (const auto& [name, options] : modes) {
+    nn::Upsample up(options);
+    expect_matches(all, std::string("interpolate_") + name, {"x"},
+                   [&](const TensorList& t) { return up(t[0]); });
+  }
   // The round trip is exact.
   const Tensor x = all.at("pixel_shuffle.x");
   EXPECT_TRUE(all_close(pixel_unshuffle(pixel_shuffle(x, 3), 3), x, 0, 0));
@@ -87,6 +131,26 @@ TEST(VisionLayers, GradcheckInFloat64) {
         return conv1d(in[0], in[1], in[2], {.stride = 2, .padding = 1, .dilation = 2, .groups = 2});
       },
       {s, w, b}));
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        return conv_transpose2d(
+            in[0], in[1], in[2],
+            {.stride = 2, .padding = 1, .output_padding = 1, .dilation = {1, 2}, .groups = 2});
+      },
+      {random_input({2, 4, 3, 3}, seed + 7, kFloat64).requires_grad_(true),
+       random_input({4, 3, 3, 2}, seed + 8, kFloat64).requires_grad_(true),
+       random_input({6}, seed + 9, kFloat64).requires_grad_(true)}));
+  EXPECT_TRUE(gradcheck([](const TensorList& in) { return group_norm(in[0], 2, in[1], in[2]); },
+                        {random_input({2, 4, 3, 3}, seed + 10, kFloat64).requires_grad_(true),
+                         random_input({4}, seed + 11, kFloat64).requires_grad_(true),
+                         random_input({4}, seed + 12, kFloat64).requires_grad_(true)}));
+  for (Interpolation mode : {Interpolation::nearest, Interpolation::bilinear, Interpolation::bicubic}) {
+    EXPECT_TRUE(gradcheck(
+        [mode](const TensorList& in) {
+          return interpolate(in[0], {.size = {{5, 3}}, .mode = mode});
+        },
+        {random_input({1, 2, 3, 4}, seed + 13, kFloat64).requires_grad_(true)}));
+  }
   // The same channel mask on every evaluation: a fixed generator seed per call.
   EXPECT_TRUE(gradcheck(
       [&](const TensorList& in) {
@@ -123,6 +187,15 @@ TEST(VisionLayers, Dropout2dZeroesWholeChannelsAndScalesTheRest) {
                      "divisible by downscale_factor");
   EXPECT_NABLA_ERROR(conv1d(random_input({2, 3, 8}, 1, kFloat32), random_input({4, 3, 3, 3}, 2, kFloat32)),
                      "weight (out, in / groups, kernel)");
+  const Tensor x4 = random_input({1, 4, 5, 5}, 3, kFloat32);
+  EXPECT_NABLA_ERROR(conv_transpose2d(x4, random_input({3, 2, 3, 3}, 4, kFloat32)),
+                     "expects 3 (weight.size(0))");
+  EXPECT_NABLA_ERROR(conv_transpose2d(x4, random_input({4, 2, 3, 3}, 4, kFloat32), {}, {.output_padding = 1}),
+                     "must be smaller than stride");
+  EXPECT_NABLA_ERROR(interpolate(x4, {.size = {{2, 2}}, .scale_factor = 2.0}),
+                     "exactly one of size and scale_factor");
+  EXPECT_NABLA_ERROR(interpolate(x4, {.scale_factor = 2.0, .align_corners = true}), "not nearest");
+  EXPECT_NABLA_ERROR(group_norm(x4, 3), "divide the input's 4 channels");
 }
 
 }  // namespace
