@@ -336,6 +336,15 @@ class AdaptiveAvgPool2d : public Module {
   PoolPair output_size_;
 };
 
+class AdaptiveMaxPool2d : public Module {
+ public:
+  explicit AdaptiveMaxPool2d(PoolPair output_size) : output_size_(output_size) {}
+  Tensor forward(const Tensor& x) override { return adaptive_max_pool2d(x, output_size_); }
+
+ private:
+  PoolPair output_size_;
+};
+
 // Flattens dims start_dim..end_dim into one: (N, C, H, W) -> (N, C * H * W) by default.
 class Flatten : public Module {
  public:

@@ -8,6 +8,8 @@
 #include "nabla/nn/init.h"
 #include "nabla/nn/layers.h"
 #include "nabla/nn/models/gpt2.h"
+#include "nabla/nn/models/mobilenet.h"
 #include "nabla/nn/models/resnet.h"
 #include "nabla/nn/models/small_cnn.h"
 #include "nabla/nn/module.h"
+#include "nabla/nn/vision_blocks.h"

@@ -50,5 +50,10 @@ Tensor avg_pool2d(const Tensor& x, const AvgPool2dOptions& options);
 // Averages over output_size.h x output_size.w windows from floor(o * H / OH) to
 // ceil((o + 1) * H / OH), which cover the input for any sizes (as PyTorch).
 Tensor adaptive_avg_pool2d(const Tensor& x, PoolPair output_size);
+// The maximum over the same windows as adaptive_avg_pool2d (PyTorch's adaptive_max_pool2d,
+// without its indices). A window's maximum is taken over its columns, then over its rows (one
+// max reduction per output column and row), so its gradient goes to the first maximum in
+// row-major order, as PyTorch's does. For (N, C, H, W) and unbatched (C, H, W).
+Tensor adaptive_max_pool2d(const Tensor& x, PoolPair output_size);
 
 }  // namespace nabla

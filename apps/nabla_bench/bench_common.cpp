@@ -12,6 +12,10 @@ namespace nabla::bench {
 
 std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
   try {
+    if (arch == "mobilenet_v2") {
+      NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
+      return nn::models::mobilenet_v2({.num_classes = 1000});
+    }
     return nn::models::resnet(arch, {.num_classes = 1000, .checkpoint_segments = checkpoint_segments});
   } catch (const Error& e) {
     throw Error(fmt::format("--arch: {}", e.what()));

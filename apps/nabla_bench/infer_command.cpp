@@ -212,7 +212,12 @@ void run_infer(const InferBenchOptions& o) {
         model = make_model(o.arch);
         model->to(Device::cuda(cuda::current_device()), memory_format_of(layout));
         model->eval();
-        if (o.fuse) dynamic_cast<nn::models::ResNet&>(*model).fuse_for_inference();
+        if (o.fuse) {
+          auto* resnet = dynamic_cast<nn::models::ResNet*>(model.get());
+          NABLA_CHECK(resnet != nullptr, "--fuse folds a ResNet's batch norms; --arch {} is not a ResNet",
+                      o.arch);
+          resnet->fuse_for_inference();
+        }
         if (amp == "half") {
           // After folding (which computes in float64). Batch norms that were not folded keep
           // float32 parameters, the dtype nabla's batch norm takes for 16-bit inputs.
@@ -282,7 +287,7 @@ void add_infer_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("infer",
                                  "ResNet eval latency per batch size: median and p90 ms, img/s "
                                  "(the inference workload of torch_resnet50.py)");
-  cmd->add_option("--arch", o->arch, "resnet18|34|50|101|152")->capture_default_str();
+  cmd->add_option("--arch", o->arch, "resnet18|34|50|101|152, or mobilenet_v2")->capture_default_str();
   cmd->add_option("--batch-sizes", o->batch_sizes, "A comma list of batch sizes: one row each")
       ->capture_default_str();
   cmd->add_option("--amp", o->amp,

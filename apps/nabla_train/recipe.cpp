@@ -79,13 +79,13 @@ Device resolve_device(const std::string& spec) {
 }
 
 std::string resolve_arch(const TrainOptions& o, const Recipe& r) {
-  static const std::vector<std::string> known = {"resnet18",  "resnet34",  "resnet50",
-                                                 "resnet101", "resnet152", "smallcnn"};
+  static const std::vector<std::string> known = {"resnet18",  "resnet34", "resnet50",    "resnet101",
+                                                 "resnet152", "smallcnn", "mobilenet_v2"};
   if (o.arch != "auto") {
     NABLA_CHECK(
         std::find(known.begin(), known.end(), o.arch) != known.end(),
         "--arch {}: unknown architecture; allowed: resnet18, resnet34, resnet50, resnet101, resnet152, "
-        "smallcnn",
+        "smallcnn, mobilenet_v2",
         o.arch);
     return o.arch;
   }

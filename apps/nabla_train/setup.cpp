@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "nabla/nn/models/mobilenet.h"
 #include "nabla/nn/models/resnet.h"
 #include "nabla/nn/models/small_cnn.h"
 #include "nabla/optim/adam.h"
@@ -15,6 +16,9 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Recipe& r, i
   if (r.arch == "smallcnn") {
     return std::make_shared<nn::models::SmallCnn>(nn::models::SmallCnnOptions{
         .in_channels = channels, .image_size = r.image_size, .num_classes = num_classes});
+  }
+  if (r.arch == "mobilenet_v2") {
+    return nn::models::mobilenet_v2({.num_classes = num_classes, .in_channels = channels});
   }
   const nn::models::ResNetOptions options{.num_classes = num_classes,
                                           .zero_init_residual = o.zero_init_residual,

@@ -75,6 +75,16 @@ def main(out, seed):
     }
     for name, kwargs in cases.items():
         record(t, "interpolate_" + name, lambda x, kw=kwargs: F.interpolate(x, **kw), {"x": rand(2, 3, 5, 4)}, gen)
+    record(t, "adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (5, 3)), {"x": rand(2, 3, 11, 7)}, gen)
+    record(t, "adaptive_max_pool2d_global", lambda x: F.adaptive_max_pool2d(x, 1), {"x": rand(2, 4, 6, 5)}, gen)
+    import torchvision
+    se = torchvision.ops.SqueezeExcitation(8, 4, scale_activation=torch.nn.Hardsigmoid)
+    record(t, "squeeze_excitation",
+           lambda x, fc1_w, fc1_b, fc2_w, fc2_b: x * F.hardsigmoid(
+               F.conv2d(F.relu(F.conv2d(F.adaptive_avg_pool2d(x, 1), fc1_w, fc1_b)), fc2_w, fc2_b)),
+           {"x": rand(2, 8, 5, 4), "fc1_w": se.fc1.weight.detach(), "fc1_b": se.fc1.bias.detach(),
+            "fc2_w": se.fc2.weight.detach(), "fc2_b": se.fc2.bias.detach()}, gen)
+    t["squeeze_excitation.module_y"] = se(t["squeeze_excitation.x"]).detach()
     save_safetensors(out, t)
 
 

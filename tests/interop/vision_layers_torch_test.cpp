@@ -1,12 +1,12 @@
 // Vision layers against Debian's PyTorch: pixel_shuffle / pixel_unshuffle (batched, extra batch
 // dims, unbatched), conv1d (stride, padding, dilation, groups, bias; unbatched) and
-// conv_transpose2d (stride, padding, output_padding, groups, dilation, bias), group_norm and
-// interpolate (nearest, bilinear and bicubic, by size and by scale factor, align_corners both
-// ways, up and down), through their nn modules where they have one. torch_vision_layers.py writes float64
-// inputs, weights, outputs and gradients under a random output gradient; nabla must give the same values and
-// gradients. gradcheck for each in float64. Then Dropout2d's channel masks, which no other library's random
-// stream can reproduce: whole channels zeroed, the rest scaled by 1 / (1 - p), about p of them, the same mask
-// for the gradient, and the identity in eval.
+// conv_transpose2d (stride, padding, output_padding, groups, dilation, bias), group_norm,
+// adaptive_max_pool2d, torchvision's SqueezeExcitation and interpolate (nearest, bilinear and bicubic, by
+// size and by scale factor, align_corners both ways, up and down), through their nn modules where they have
+// one. torch_vision_layers.py writes float64 inputs, weights, outputs and gradients under a random output
+// gradient; nabla must give the same values and gradients. gradcheck for each in float64. Then Dropout2d's
+// channel masks, which no other library's random stream can reproduce: whole channels zeroed, the rest scaled
+// by 1 / (1 - p), about p of them, the same mask for the gradient, and the identity in eval.
 //
 // The interop case skips itself (with a message) only when /usr/bin/python3 cannot import torch.
 #include <unistd.h>
@@ -38,7 +38,7 @@ nn::StateDict run_torch_script() {
 
 // Runs fn on leaves made from "<name>.<input>" and compares the output and every gradient.
 void expect_matches(const nn::StateDict& all, const std::string& name, const std::vector<std::string>& inputs,
-                    const std::function<Tensor(const TensorList&)>& fn) {
+                    const std::function<Tensor(const TensorList&)>& fn, double grad_tol = 1e-12) {
   SCOPED_TRACE(name);
   TensorList leaves;
   for (const auto& in : inputs) leaves.push_back(all.at(name + "." + in).detach().requires_grad_(true));
@@ -47,7 +47,8 @@ void expect_matches(const nn::StateDict& all, const std::string& name, const std
   EXPECT_TRUE(all_close(y, all.at(name + ".y"), 1e-12, 1e-12));
   y.backward(all.at(name + ".grad_y"));
   for (size_t i = 0; i < inputs.size(); ++i)
-    EXPECT_TRUE(all_close(leaves[i].grad(), all.at(name + ".grad_" + inputs[i]), 1e-12, 1e-12)) << inputs[i];
+    EXPECT_TRUE(all_close(leaves[i].grad(), all.at(name + ".grad_" + inputs[i]), grad_tol, grad_tol))
+        << inputs[i];
 }
 
 TEST(InteropVisionLayers, ConvolutionsAndPixelShuffleMatchPyTorch) {
@@ -112,6 +113,21 @@ TEST(InteropVisionLayers, ConvolutionsAndPixelShuffleMatchPyTorch) {
     expect_matches(all, std::string("interpolate_") + name, {"x"},
                    [&](const TensorList& t) { return up(t[0]); });
   }
+  nn::AdaptiveMaxPool2d pool53({5, 3}), pool1(1);
+  expect_matches(all, "adaptive_max_pool2d", {"x"}, [&](const TensorList& t) { return pool53(t[0]); });
+  expect_matches(all, "adaptive_max_pool2d_global", {"x"}, [&](const TensorList& t) { return pool1(t[0]); });
+  // SqueezeExcitation with torchvision's weights (MobileNetV3's form: Hardsigmoid scale).
+  nn::SqueezeExcitation se({.channels = 8, .squeeze = 4, .scale_activation = nn::Activation::hardsigmoid});
+  se.to(kFloat64);
+  se.load_state_dict({{"fc1.weight", all.at("squeeze_excitation.fc1_w")},
+                      {"fc1.bias", all.at("squeeze_excitation.fc1_b")},
+                      {"fc2.weight", all.at("squeeze_excitation.fc2_w")},
+                      {"fc2.bias", all.at("squeeze_excitation.fc2_b")}});
+  // PyTorch's hardsigmoid backward multiplies by the float constant 1.0f / 6 even in float64.
+  expect_matches(
+      all, "squeeze_excitation", {"x"}, [&](const TensorList& t) { return se(t[0]); }, 1e-7);
+  EXPECT_TRUE(
+      all_close(se(all.at("squeeze_excitation.x")), all.at("squeeze_excitation.module_y"), 1e-12, 1e-12));
   // The round trip is exact.
   const Tensor x = all.at("pixel_shuffle.x");
   EXPECT_TRUE(all_close(pixel_unshuffle(pixel_shuffle(x, 3), 3), x, 0, 0));
@@ -151,6 +167,11 @@ TEST(VisionLayers, GradcheckInFloat64) {
         },
         {random_input({1, 2, 3, 4}, seed + 13, kFloat64).requires_grad_(true)}));
   }
+  EXPECT_TRUE(gradcheck(
+      [](const TensorList& in) {
+        return adaptive_max_pool2d(in[0], {3, 2});
+      },
+      {random_input({2, 2, 7, 5}, seed + 14, kFloat64).requires_grad_(true)}));
   // The same channel mask on every evaluation: a fixed generator seed per call.
   EXPECT_TRUE(gradcheck(
       [&](const TensorList& in) {
@@ -158,6 +179,25 @@ TEST(VisionLayers, GradcheckInFloat64) {
         return dropout2d(in[0], {.p = 0.5, .generator = &gen});
       },
       {random_input({3, 4, 2, 2}, seed + 6, kFloat64).requires_grad_(true)}));
+}
+
+TEST(VisionLayers, StochasticDepthDropsWholeSamplesOrTheWholeBatch) {
+  manual_seed(test_seed());
+  const Tensor x = random_input({400, 3, 2}, test_seed(), kFloat32) + 3.0;  // > 0
+  nn::StochasticDepth row(0.25, nn::StochasticDepthMode::row), batch(0.25, nn::StochasticDepthMode::batch);
+  const Tensor r = (row(x) / x).reshape({400, 6});
+  EXPECT_TRUE(all_close(var(r, {1}), zeros({400}), 0, 1e-10)) << "a sample was partly dropped";
+  EXPECT_TRUE(all_close(r * (r - 1.0 / 0.75), zeros_like(r), 0, 1e-6)) << "not 0 or 1 / (1 - p)";
+  EXPECT_NEAR(1.0 - mean(r).item<double>() * 0.75, 0.25, 0.07) << "400 samples";
+  for (int i = 0; i < 8; ++i) {
+    const Tensor b = batch(x) / x;
+    const double lo = min(b).item<double>(), hi = max(b).item<double>();
+    EXPECT_NEAR(lo, hi, 1e-6) << "batch mode keeps or drops the whole batch";
+  }
+  row.eval();
+  EXPECT_TRUE(row(x).is_same(x));
+  EXPECT_TRUE(nn::StochasticDepth(0.0, nn::StochasticDepthMode::row)(x).is_same(x));
+  EXPECT_NABLA_ERROR(nn::StochasticDepth(1.5, nn::StochasticDepthMode::row), "[0, 1]");
 }
 
 TEST(VisionLayers, Dropout2dZeroesWholeChannelsAndScalesTheRest) {

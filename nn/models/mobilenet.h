@@ -1,0 +1,43 @@
+// Public header. MobileNetV2 (Sandler et al. 2018) as torchvision builds it, with its module
+// and parameter names (features.{i}.conv.{j}..., classifier.1), so torchvision's state dicts
+// load with strict = true:
+//
+//   auto model = nabla::nn::models::mobilenet_v2({.num_classes = 1000});
+//   auto logits = model->forward(images);  // (N, 3, H, W) -> (N, num_classes)
+#pragma once
+
+#include <memory>
+
+#include "nabla/nn/containers.h"
+#include "nabla/nn/vision_blocks.h"
+
+namespace nabla::nn::models {
+
+// torchvision's InvertedResidual: [1x1 expand (ReLU6)] -> 3x3 depthwise (ReLU6) -> 1x1 project
+// -> BatchNorm, with the input added when the shape is kept.
+class InvertedResidual : public Module {
+ public:
+  InvertedResidual(int64_t in, int64_t out, int64_t stride, int64_t expand_ratio);
+  Tensor forward(const Tensor& x) override;
+  Sequential conv;
+
+ private:
+  bool residual_;
+};
+
+struct MobileNetV2Options {
+  int64_t num_classes = 1000;
+  double width_mult = 1.0;
+  double dropout = 0.2;     // before the classifier, in training
+  int64_t in_channels = 3;  // the images' channels (torchvision: always 3)
+};
+class MobileNetV2 : public Module {
+ public:
+  explicit MobileNetV2(const MobileNetV2Options& options = {});
+  Tensor forward(const Tensor& x) override;
+  Sequential features, classifier;
+};
+
+std::shared_ptr<MobileNetV2> mobilenet_v2(const MobileNetV2Options& options = {});
+
+}  // namespace nabla::nn::models
