@@ -366,8 +366,8 @@ class Dropout : public Module {
   double p_;
 };
 
-// Zeroes whole channels of (N, C, H, W) or (C, H, W) with probability p in training (scaling the
-// rest by 1 / (1 - p)); the identity in eval. PyTorch's Dropout2d.
+// Zeroes whole channels of (N, C, H, W) (or (n, c) rows of (N, C, L)) with probability p in training (scaling
+// the rest by 1 / (1 - p)); the identity in eval. PyTorch's Dropout2d.
 class Dropout2d : public Module {
  public:
   explicit Dropout2d(double p = 0.5);

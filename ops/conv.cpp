@@ -324,8 +324,11 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
         "conv_transpose2d: expected stride >= 1, dilation >= 1, padding >= 0 and output_padding >= 0, "
         "got {}, {}, {} and {}",
         pair_str(o.stride), pair_str(o.dilation), pair_str(o.padding), pair_str(o.output_padding));
-    NABLA_CHECK(o.output_padding[i] < o.stride[i] || o.output_padding[i] < o.dilation[i],
-                "conv_transpose2d: output_padding {} must be smaller than stride {} or dilation {}",
+    // PyTorch also takes output_padding < dilation; then the output has rows the convolution
+    // this one transposes never reads, which the kernels here cannot size.
+    NABLA_CHECK(o.output_padding[i] < o.stride[i],
+                "conv_transpose2d: output_padding {} must be smaller than stride {} (nabla does not take "
+                "output_padding >= stride even below the dilation {})",
                 pair_str(o.output_padding), pair_str(o.stride), pair_str(o.dilation));
     out[2 + i] = (x.size(2 + i) - 1) * o.stride[i] - 2 * o.padding[i] + o.dilation[i] * (w.size(2 + i) - 1) +
                  o.output_padding[i] + 1;

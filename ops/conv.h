@@ -47,8 +47,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Co
 // gradient of conv2d with respect to its input, run forward. x (N, in, H, W), weight (in,
 // out / groups, kH, kW), bias (out) or undefined -> (N, out, Ho, Wo) with
 // Ho = (H - 1) stride - 2 padding + dilation (kH - 1) + output_padding + 1 (likewise Wo).
-// output_padding (< stride or < dilation, per dim) picks among the output sizes a strided
-// convolution maps to one input size. On CUDA it is cuDNN's data-gradient convolution.
+// output_padding (< stride, per dim; PyTorch also allows < dilation) picks among the output sizes
+// a strided convolution maps to one input size. On CUDA it is cuDNN's data-gradient convolution.
 struct ConvTranspose2dOptions {
   Pair2 stride{1};
   Pair2 padding{0};
@@ -72,7 +72,8 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Co
 
 // relu(conv2d(x, weight, bias) [+ residual]): a convolution whose batch norm was folded into it
 // (nn::fold_batch_norm), with the ReLU and a residual block's sum. On CUDA, where nothing needs a
-// gradient, it is one cuDNN call (cudnnConvolutionBiasActivationForward), so the activation is
+// gradient, it is one call (a cuBLASLt epilogue for 1x1 channels_last, cuDNN's fusion engines
+// or cudnnConvolutionBiasActivationForward otherwise; ops/cuda/conv.cpp), so the activation is
 // written once; anywhere else (the CPU, autograd, float64, a combination cuDNN declines) it is
 // the ops composed. The result matches the composition up to rounding (one float16 rounding of
 // the sum instead of three).

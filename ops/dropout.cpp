@@ -53,10 +53,11 @@ Tensor dropout2d(const Tensor& x, DropoutOptions options) {
   if (!options.training || p == 0.0) return x;
   if (p == 1.0) return x * 0.0;
   // One keep factor per channel, 0 or 1 / (1 - p), broadcast over (H, W): the product is
-  // differentiable as it stands (the mask is a constant), and keeps x's layout.
+  // differentiable as it stands (the mask is a constant), and keeps x's layout. A 3-d input is
+  // (N, C, L), as PyTorch reads it (with a warning there): one factor per (n, c).
   Shape mask_shape = x.sizes();
   mask_shape[mask_shape.size() - 1] = 1;
-  mask_shape[mask_shape.size() - 2] = 1;
+  if (x.dim() == 4) mask_shape[2] = 1;
   const Tensor keep =
       bernoulli(mask_shape, 1.0 - p, {.dtype = x.dtype(), .device = x.device()}, options.generator);
   return x * (keep * (1.0 / (1.0 - p)));

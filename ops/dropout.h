@@ -22,9 +22,10 @@ struct DropoutOptions {
 // Returns x itself when !training or p == 0, and zeros (x * 0) when p == 1.
 Tensor dropout(const Tensor& x, DropoutOptions options = {});
 
-// Channel dropout (PyTorch's dropout2d): zeroes whole channels of (N, C, H, W), or of unbatched
-// (C, H, W), each with probability p, and scales the rest by 1 / (1 - p). One draw per (n, c),
-// in row-major (n, c) order, so a seed gives the same mask on the CPU and on CUDA.
+// Channel dropout (PyTorch's dropout2d): zeroes whole channels of (N, C, H, W), each with
+// probability p, and scales the rest by 1 / (1 - p). One draw per (n, c), in row-major order,
+// so a seed gives the same mask on the CPU and on CUDA. A 3-d input is taken as (N, C, L), one
+// draw per (n, c), as PyTorch's dropout2d does (it warns that this is 1-d channel dropout).
 Tensor dropout2d(const Tensor& x, DropoutOptions options = {});
 
 }  // namespace nabla

@@ -1,4 +1,7 @@
 // group_norm (ops/norm.h) as layer_norm over each (sample, group), then the per-channel affine.
+#include <cmath>
+#include <optional>
+
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/norm.h"
@@ -22,13 +25,18 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const T
   const MemoryFormat format = x.suggest_memory_format();
   if (x.numel() == 0) return x.clone();
   const int64_t per_group = x.numel() / (n * groups);
-  Tensor y =
-      layer_norm(x.reshape({n, groups, per_group}), {per_group}, {}, {}, {.eps = eps}).reshape(x.sizes());
+  // 16-bit x: the normalized values stay float32 through the affine step and round once, to
+  // x's dtype (as PyTorch returns it), whatever dtype the parameters have.
+  const bool reduced = is_reduced_float(x.dtype());
+  const std::optional<DType> work = reduced ? std::optional<DType>(kFloat32) : std::nullopt;
+  Tensor y = layer_norm(x.reshape({n, groups, per_group}), {per_group}, {}, {}, {.eps = eps, .dtype = work})
+                 .reshape(x.sizes());
   // (C) -> (1, C, 1, ...) to broadcast over the positions.
   Shape channel_shape(static_cast<size_t>(x.dim()), 1);
   channel_shape[1] = c;
-  if (weight.defined()) y = y * weight.reshape(channel_shape);
-  if (bias.defined()) y = y + bias.reshape(channel_shape);
+  if (weight.defined()) y = y * weight.to(y.dtype()).reshape(channel_shape);
+  if (bias.defined()) y = y + bias.to(y.dtype()).reshape(channel_shape);
+  if (reduced) y = y.to(x.dtype());
   return y.dim() == 4 ? y.contiguous(format) : y;
 }
 

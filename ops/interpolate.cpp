@@ -124,11 +124,12 @@ Tensor interpolate(const Tensor& x, const InterpolateOptions& o) {
   }
   NABLA_CHECK(x.size(2) > 0 && x.size(3) > 0, "interpolate: the input {} has no pixels", describe(x));
   const MemoryFormat format = x.suggest_memory_format();
-  Tensor y = x;
+  // 16-bit x is resampled in float32 and rounded once at the end.
+  Tensor y = is_reduced_float(x.dtype()) ? x.to(kFloat32) : x;
   for (int i = 0; i < 2; ++i) {
     y = resample_axis(y, 2 + i, taps_of(x.size(2 + i), out[i], o.mode, o.align_corners, o.scale_factor));
   }
-  return y.contiguous(format);
+  return y.to(x.dtype()).contiguous(format);
 }
 
 }  // namespace nabla

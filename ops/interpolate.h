@@ -8,8 +8,10 @@
 // A = -0.75, edge pixels repeated) weigh the neighbours of (dst + 0.5) * scale - 0.5, or of
 // dst * (in - 1) / (out - 1) with align_corners. scale is 1 / scale_factor when one is given,
 // else in / out, as PyTorch's default (recompute_scale_factor off). The result keeps x's layout.
-// Each axis is resampled in turn by index_select and per-pixel weights, so it differentiates
-// through those ops and runs on every device.
+// Each axis is resampled in turn by index_select and per-pixel weights (float32 for 16-bit x,
+// rounded once), so it differentiates through those ops and runs on every device. The indices
+// and weights are built on the host for each call, so a call inside a CUDA-graph capture is
+// refused by the capture (a host-to-device copy), not run wrong.
 #pragma once
 
 #include <array>

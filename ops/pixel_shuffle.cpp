@@ -36,8 +36,9 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r) {
   Shape split = batch, out = batch;
   split.insert(split.end(), {c / (r * r), r, r, h, w});  // (*, C, i, j, H, W)
   out.insert(out.end(), {c / (r * r), h * r, w * r});
-  // (*, C, i, j, H, W) -> (*, C, H, i, W, j)
-  return reshape(permute(reshape(x, split), permutation(n, {0, 3, 1, 4, 2})), out);
+  // (*, C, i, j, H, W) -> (*, C, H, i, W, j); a 4-d result keeps x's layout, as PyTorch's.
+  const Tensor y = reshape(permute(reshape(x, split), permutation(n, {0, 3, 1, 4, 2})), out);
+  return y.dim() == 4 ? y.contiguous(x.suggest_memory_format()) : y;
 }
 
 Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
@@ -54,8 +55,9 @@ Tensor pixel_unshuffle(const Tensor& x, int64_t r) {
   Shape split = batch, out = batch;
   split.insert(split.end(), {c, h / r, r, w / r, r});  // (*, C, H, i, W, j)
   out.insert(out.end(), {c * r * r, h / r, w / r});
-  // (*, C, H, i, W, j) -> (*, C, i, j, H, W)
-  return reshape(permute(reshape(x, split), permutation(n, {0, 2, 4, 1, 3})), out);
+  // (*, C, H, i, W, j) -> (*, C, i, j, H, W); a 4-d result keeps x's layout, as PyTorch's.
+  const Tensor y = reshape(permute(reshape(x, split), permutation(n, {0, 2, 4, 1, 3})), out);
+  return y.dim() == 4 ? y.contiguous(x.suggest_memory_format()) : y;
 }
 
 }  // namespace nabla

@@ -220,11 +220,14 @@ void run_infer(const InferBenchOptions& o) {
         }
         if (amp == "half") {
           // After folding (which computes in float64). Batch norms that were not folded keep
-          // float32 parameters, the dtype nabla's batch norm takes for 16-bit inputs.
-          model->to(kFloat16);
-          model->apply([](nn::Module& m) {
-            if (dynamic_cast<nn::BatchNorm2d*>(&m) != nullptr) m.to(kFloat32);
+          // their float32 tensors, the dtype nabla's batch norm takes for 16-bit inputs
+          // (PyTorch's .half() converts them too; cuDNN computes in float32 either way).
+          std::vector<std::pair<nn::Module*, nn::StateDict>> norms;
+          model->apply([&](nn::Module& m) {
+            if (dynamic_cast<nn::BatchNorm2d*>(&m) != nullptr) norms.emplace_back(&m, m.state_dict());
           });
+          model->to(kFloat16);
+          for (auto& [m, state] : norms) m->to(kFloat32).load_state_dict(state);
         }
       });
       for (int64_t batch : batches) {

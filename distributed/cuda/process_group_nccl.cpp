@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -220,9 +221,21 @@ std::shared_ptr<Work> run(const std::shared_ptr<ProcessGroupNccl::State>& state,
   // device-side wait on `done` joins it back. The launcher thread could not take it (it polls
   // `ready`, an event of the capture), and the watchdog leaves it alone (its `done` is recorded
   // again by every replay, not by this call), so a replay's collective has no timeout of its own.
+  // A Work made during a capture is for waiting on inside that capture only: its events belong to
+  // the graph, so after the capture its wait() and is_completed() say nothing about a replay.
+  // Collectives queued eagerly go out before each replay (an on_replay hook), so every rank
+  // launches its collectives in one order. A barrier, which blocks the host, cannot be captured.
   const bool in_capture = cuda::is_capturing();
+  NABLA_CHECK(!in_capture || !host_wait,
+              "{}: a collective the host waits for (a barrier) cannot be captured into a CUDA graph", what);
   if (!s.launch_when_ready || in_capture) {
-    if (in_capture) s.flush();  // anything queued before the capture goes first, in order
+    if (in_capture) {
+      s.flush();  // anything queued before the capture goes first, in order
+      // and before each replay, so every rank's replayed collectives follow its eager ones.
+      cuda::on_replay([weak = std::weak_ptr<ProcessGroupNccl::State>(state)] {
+        if (auto st = weak.lock()) st->flush();
+      });
+    }
     // Eager: on the communication stream now, behind a device-side wait for the caller's stream.
     s.put_on_stream(*ticket, /*device_wait=*/true, /*watch=*/!in_capture);
     s.check_healthy(what);  // throws if the launch failed (put_on_stream aborted the group)

@@ -214,9 +214,13 @@ TEST(VisionLayers, Dropout2dZeroesWholeChannelsAndScalesTheRest) {
   const double dropped = 1.0 - mean(ratio).item<double>() / scale;
   EXPECT_NEAR(dropped, 0.25, 0.05) << "2048 channels";
   EXPECT_TRUE(all_close(x.grad().reshape({64 * 32, 12}), ratio, 1e-6, 0));
-  // Unbatched (C, H, W) and eval.
-  const Tensor u = drop(random_input({16, 2, 2}, test_seed() + 1, kFloat32) + 2.0);
-  EXPECT_EQ(u.sizes(), (Shape{16, 2, 2}));
+  // 3-d (N, C, L): one draw per (n, c), as PyTorch; and eval.
+  const Tensor u3 = random_input({16, 2, 6}, test_seed() + 1, kFloat32) + 2.0;
+  const Tensor u = (drop(u3) / u3).reshape({32, 6});
+  EXPECT_TRUE(all_close(var(u, {1}), zeros({32}), 0, 1e-10)) << "an (n, c) row was partly dropped";
+  // pixel_shuffle keeps a channels_last input channels_last.
+  EXPECT_TRUE(pixel_shuffle(random_input({2, 8, 3, 3}, 5, kFloat32).contiguous(MemoryFormat::ChannelsLast), 2)
+                  .is_contiguous(MemoryFormat::ChannelsLast));
   drop.eval();
   EXPECT_TRUE(drop(x).is_same(x));
   EXPECT_NABLA_ERROR(dropout2d(random_input({4, 4}, 1, kFloat32)), "(N, C, H, W)");
@@ -232,6 +236,10 @@ TEST(VisionLayers, Dropout2dZeroesWholeChannelsAndScalesTheRest) {
                      "expects 3 (weight.size(0))");
   EXPECT_NABLA_ERROR(conv_transpose2d(x4, random_input({4, 2, 3, 3}, 4, kFloat32), {}, {.output_padding = 1}),
                      "must be smaller than stride");
+  // PyTorch also takes output_padding below the dilation; nabla says it does not.
+  EXPECT_NABLA_ERROR(
+      conv_transpose2d(x4, random_input({4, 2, 3, 3}, 4, kFloat32), {}, {.output_padding = 1, .dilation = 2}),
+      "must be smaller than stride");
   EXPECT_NABLA_ERROR(interpolate(x4, {.size = {{2, 2}}, .scale_factor = 2.0}),
                      "exactly one of size and scale_factor");
   EXPECT_NABLA_ERROR(interpolate(x4, {.scale_factor = 2.0, .align_corners = true}), "not nearest");
