@@ -6,8 +6,9 @@
 // logit per pixel. It reports the loss and the mean IoU of shape and background on held-out
 // images, on the GPU when there is one.
 //
-//   ./build/cuda/examples/unet --steps 600 --min-iou 0.9        # the target, one GPU
-//   ./build/cpu/examples/unet --steps 5 --size 32 --batch 4       # a few CPU steps (CI)
+//   ./build/cpu/examples/unet --size 32 --batch 16 --steps 1500 --min-iou 0.9
+//       # mean IoU 0.946 in 170 s on two CPU cores (session 17)
+//   ./build/cpu/examples/unet --steps 8 --size 32 --batch 4     # a few CPU steps (CI)
 #include <nabla/nabla.h>
 
 #include <algorithm>
