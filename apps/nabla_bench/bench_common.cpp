@@ -12,9 +12,11 @@ namespace nabla::bench {
 
 std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
   try {
-    if (arch == "mobilenet_v2") {
+    if (arch.rfind("mobilenet", 0) == 0) {
       NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
-      return nn::models::mobilenet_v2({.num_classes = 1000});
+      if (arch == "mobilenet_v2") return nn::models::mobilenet_v2({.num_classes = 1000});
+      if (arch == "mobilenet_v3_large") return nn::models::mobilenet_v3_large({.num_classes = 1000});
+      if (arch == "mobilenet_v3_small") return nn::models::mobilenet_v3_small({.num_classes = 1000});
     }
     return nn::models::resnet(arch, {.num_classes = 1000, .checkpoint_segments = checkpoint_segments});
   } catch (const Error& e) {

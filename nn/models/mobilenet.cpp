@@ -19,6 +19,8 @@ int64_t make_divisible(double v, int64_t divisor = 8) {
   return rounded;
 }
 
+void init_mobile(Module& model);
+
 }  // namespace
 
 InvertedResidual::InvertedResidual(int64_t in, int64_t out, int64_t stride, int64_t expand_ratio)
@@ -69,8 +71,36 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options) {
   classifier.emplace_back<Dropout>(options.dropout);
   classifier.emplace_back<Linear>(LinearOptions{.in = last, .out = options.num_classes});
   register_modules({{"features", features}, {"classifier", classifier}});
-  // torchvision's initialization.
-  apply([](Module& m) {
+  init_mobile(*this);
+}
+
+Tensor MobileNetV2::forward(const Tensor& x) {
+  return classifier(adaptive_avg_pool2d(features(x), 1).flatten(1));
+}
+
+std::shared_ptr<MobileNetV2> mobilenet_v2(const MobileNetV2Options& options) {
+  return std::make_shared<MobileNetV2>(options);
+}
+
+namespace {
+
+constexpr double kV3BatchNormEps = 1e-3, kV3BatchNormMomentum = 0.01;
+
+Conv2dNormActivationOptions v3_conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t groups,
+                                    Activation activation) {
+  return {.in = in,
+          .out = out,
+          .kernel = kernel,
+          .stride = stride,
+          .groups = groups,
+          .activation = activation,
+          .bn_eps = kV3BatchNormEps,
+          .bn_momentum = kV3BatchNormMomentum};
+}
+
+// torchvision's initialization of its mobile networks.
+void init_mobile(Module& model) {
+  model.apply([](Module& m) {
     if (auto* conv = dynamic_cast<Conv2d*>(&m)) {
       init::kaiming_normal_(conv->weight, {.mode = init::FanMode::fan_out});
       if (conv->bias.defined()) init::zeros_(conv->bias);
@@ -84,12 +114,72 @@ MobileNetV2::MobileNetV2(const MobileNetV2Options& options) {
   });
 }
 
-Tensor MobileNetV2::forward(const Tensor& x) {
+}  // namespace
+
+MobileNetV3Block::MobileNetV3Block(const MobileNetV3BlockConfig& c)
+    : residual_(c.stride == 1 && c.in == c.out) {
+  NABLA_CHECK(c.stride == 1 || c.stride == 2, "MobileNetV3Block: stride must be 1 or 2, got {}", c.stride);
+  const Activation act = c.hardswish ? Activation::hardswish : Activation::relu;
+  if (c.expanded != c.in) block.emplace_back<Conv2dNormActivation>(v3_conv(c.in, c.expanded, 1, 1, 1, act));
+  block.emplace_back<Conv2dNormActivation>(
+      v3_conv(c.expanded, c.expanded, c.kernel, c.stride, c.expanded, act));
+  if (c.se) {
+    block.emplace_back<SqueezeExcitation>(
+        SqueezeExcitationOptions{.channels = c.expanded,
+                                 .squeeze = make_divisible(c.expanded / 4),
+                                 .scale_activation = Activation::hardsigmoid});
+  }
+  block.emplace_back<Conv2dNormActivation>(v3_conv(c.expanded, c.out, 1, 1, 1, Activation::none));
+  register_modules({{"block", block}});
+}
+
+Tensor MobileNetV3Block::forward(const Tensor& x) {
+  return residual_ ? block(x) + x : block(x);
+}
+
+MobileNetV3::MobileNetV3(const std::vector<MobileNetV3BlockConfig>& blocks, int64_t last_channel,
+                         const MobileNetV3Options& options) {
+  NABLA_CHECK(options.num_classes > 0 && options.dropout >= 0 && options.dropout < 1 && !blocks.empty(),
+              "MobileNetV3: expected num_classes > 0 and dropout in [0, 1), got {} and {}",
+              options.num_classes, options.dropout);
+  features.emplace_back<Conv2dNormActivation>(v3_conv(3, blocks.front().in, 3, 2, 1, Activation::hardswish));
+  for (const MobileNetV3BlockConfig& c : blocks) features.emplace_back<MobileNetV3Block>(c);
+  const int64_t last_conv = 6 * blocks.back().out;
+  features.emplace_back<Conv2dNormActivation>(
+      v3_conv(blocks.back().out, last_conv, 1, 1, 1, Activation::hardswish));
+  classifier.emplace_back<Linear>(LinearOptions{.in = last_conv, .out = last_channel});
+  classifier.emplace_back<Hardswish>();
+  classifier.emplace_back<Dropout>(options.dropout);
+  classifier.emplace_back<Linear>(LinearOptions{.in = last_channel, .out = options.num_classes});
+  register_modules({{"features", features}, {"classifier", classifier}});
+  init_mobile(*this);
+}
+
+Tensor MobileNetV3::forward(const Tensor& x) {
   return classifier(adaptive_avg_pool2d(features(x), 1).flatten(1));
 }
 
-std::shared_ptr<MobileNetV2> mobilenet_v2(const MobileNetV2Options& options) {
-  return std::make_shared<MobileNetV2>(options);
+// torchvision's tables (input, kernel, expanded, output, SE, Hardswish, stride), width 1.
+std::shared_ptr<MobileNetV3> mobilenet_v3_large(const MobileNetV3Options& options) {
+  const std::vector<MobileNetV3BlockConfig> blocks = {
+      {16, 3, 16, 16, false, false, 1},  {16, 3, 64, 24, false, false, 2},
+      {24, 3, 72, 24, false, false, 1},  {24, 5, 72, 40, true, false, 2},
+      {40, 5, 120, 40, true, false, 1},  {40, 5, 120, 40, true, false, 1},
+      {40, 3, 240, 80, false, true, 2},  {80, 3, 200, 80, false, true, 1},
+      {80, 3, 184, 80, false, true, 1},  {80, 3, 184, 80, false, true, 1},
+      {80, 3, 480, 112, true, true, 1},  {112, 3, 672, 112, true, true, 1},
+      {112, 5, 672, 160, true, true, 2}, {160, 5, 960, 160, true, true, 1},
+      {160, 5, 960, 160, true, true, 1}};
+  return std::make_shared<MobileNetV3>(blocks, 1280, options);
+}
+
+std::shared_ptr<MobileNetV3> mobilenet_v3_small(const MobileNetV3Options& options) {
+  const std::vector<MobileNetV3BlockConfig> blocks = {
+      {16, 3, 16, 16, true, false, 2}, {16, 3, 72, 24, false, false, 2}, {24, 3, 88, 24, false, false, 1},
+      {24, 5, 96, 40, true, true, 2},  {40, 5, 240, 40, true, true, 1},  {40, 5, 240, 40, true, true, 1},
+      {40, 5, 120, 48, true, true, 1}, {48, 5, 144, 48, true, true, 1},  {48, 5, 288, 96, true, true, 2},
+      {96, 5, 576, 96, true, true, 1}, {96, 5, 576, 96, true, true, 1}};
+  return std::make_shared<MobileNetV3>(blocks, 1024, options);
 }
 
 }  // namespace nabla::nn::models

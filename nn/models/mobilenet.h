@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "nabla/nn/containers.h"
 #include "nabla/nn/vision_blocks.h"
@@ -39,5 +40,40 @@ class MobileNetV2 : public Module {
 };
 
 std::shared_ptr<MobileNetV2> mobilenet_v2(const MobileNetV2Options& options = {});
+
+// MobileNetV3 (Howard et al. 2019) as torchvision builds it (features.{i}.block.{j}...,
+// classifier.0 and classifier.3): inverted residuals with 3x3 or 5x5 depthwise convolutions,
+// ReLU or Hardswish, squeeze-excitation (Hardsigmoid scale) in some blocks, batch norms with
+// eps 1e-3 and momentum 0.01.
+struct MobileNetV3BlockConfig {
+  int64_t in, kernel, expanded, out;
+  bool se;
+  bool hardswish;  // else ReLU
+  int64_t stride;
+};
+class MobileNetV3Block : public Module {
+ public:
+  explicit MobileNetV3Block(const MobileNetV3BlockConfig& config);
+  Tensor forward(const Tensor& x) override;
+  Sequential block;
+
+ private:
+  bool residual_;
+};
+
+struct MobileNetV3Options {
+  int64_t num_classes = 1000;
+  double dropout = 0.2;  // before the last linear layer, in training
+};
+class MobileNetV3 : public Module {
+ public:
+  MobileNetV3(const std::vector<MobileNetV3BlockConfig>& blocks, int64_t last_channel,
+              const MobileNetV3Options& options);
+  Tensor forward(const Tensor& x) override;
+  Sequential features, classifier;
+};
+
+std::shared_ptr<MobileNetV3> mobilenet_v3_large(const MobileNetV3Options& options = {});
+std::shared_ptr<MobileNetV3> mobilenet_v3_small(const MobileNetV3Options& options = {});
 
 }  // namespace nabla::nn::models

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The PyTorch side of the MobileNetV2 interop test (tests/interop/mobilenet_torch_test.cpp).
 
-  torch_mobilenet.py OUT.safetensors SEED
+  torch_mobilenet.py OUT.safetensors SEED ARCH
 
-torchvision's mobilenet_v2 (dropout 0, so a training step is deterministic) with every batch
+torchvision's ARCH (mobilenet_v2, mobilenet_v3_large or mobilenet_v3_small; dropout 0, so a
+training step is deterministic) with every batch
 norm moved off its defaults, in float64: its state dict ("state.<name>"), an input, the eval
 logits, and from one train-mode forward + cross-entropy backward the loss, every parameter's
 gradient ("grad.<name>") and the updated running statistics ("train.<name>").
@@ -18,10 +19,10 @@ sys.path.insert(0, __import__("os").path.dirname(__file__))
 from torch_resnet import save_safetensors  # noqa: E402  (the same small writer)
 
 
-def main(out, seed):
+def main(out, seed, arch):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    model = torchvision.models.mobilenet_v2(weights=None, num_classes=10, dropout=0.0).double()
+    model = getattr(torchvision.models, arch)(weights=None, num_classes=10, dropout=0.0).double()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
@@ -29,9 +30,10 @@ def main(out, seed):
                 m.bias.copy_(0.2 * torch.randn(m.bias.shape, generator=gen))
                 m.running_mean.copy_(0.1 * torch.randn(m.running_mean.shape, generator=gen))
                 m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=gen))
-        fc = model.classifier[1]
-        fc.weight.copy_(0.05 * torch.randn(fc.weight.shape, generator=gen))
-        fc.bias.copy_(0.05 * torch.randn(fc.bias.shape, generator=gen))
+        for fc in model.classifier:
+            if isinstance(fc, torch.nn.Linear):
+                fc.weight.copy_(0.05 * torch.randn(fc.weight.shape, generator=gen))
+                fc.bias.copy_(0.05 * torch.randn(fc.bias.shape, generator=gen))
     t = {"state." + k: v.clone() for k, v in model.state_dict().items()}
     x = torch.randn(2, 3, 48, 48, generator=gen, dtype=torch.float64)
     labels = torch.randint(0, 10, (2,), generator=gen)
@@ -50,4 +52,4 @@ def main(out, seed):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
