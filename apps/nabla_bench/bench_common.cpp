@@ -12,6 +12,10 @@ namespace nabla::bench {
 
 std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
   try {
+    if (arch == "efficientnet_b0") {
+      NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
+      return nn::models::efficientnet_b0({.num_classes = 1000});
+    }
     if (arch.rfind("mobilenet", 0) == 0) {
       NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
       if (arch == "mobilenet_v2") return nn::models::mobilenet_v2({.num_classes = 1000});

@@ -183,3 +183,82 @@ std::shared_ptr<MobileNetV3> mobilenet_v3_small(const MobileNetV3Options& option
 }
 
 }  // namespace nabla::nn::models
+
+namespace nabla::nn::models {
+
+MBConv::MBConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t expand_ratio,
+               double stochastic_depth_p)
+    : stochastic_depth(stochastic_depth_p, StochasticDepthMode::row), residual_(stride == 1 && in == out) {
+  const int64_t expanded = make_divisible(static_cast<double>(in * expand_ratio));
+  if (expanded != in) {
+    block.emplace_back<Conv2dNormActivation>(
+        Conv2dNormActivationOptions{.in = in, .out = expanded, .kernel = 1, .activation = Activation::silu});
+  }
+  block.emplace_back<Conv2dNormActivation>(Conv2dNormActivationOptions{.in = expanded,
+                                                                       .out = expanded,
+                                                                       .kernel = kernel,
+                                                                       .stride = stride,
+                                                                       .groups = expanded,
+                                                                       .activation = Activation::silu});
+  block.emplace_back<SqueezeExcitation>(SqueezeExcitationOptions{.channels = expanded,
+                                                                 .squeeze = std::max<int64_t>(1, in / 4),
+                                                                 .activation = Activation::silu,
+                                                                 .scale_activation = Activation::sigmoid});
+  block.emplace_back<Conv2dNormActivation>(
+      Conv2dNormActivationOptions{.in = expanded, .out = out, .kernel = 1, .activation = Activation::none});
+  register_modules({{"block", block}, {"stochastic_depth", stochastic_depth}});
+}
+
+Tensor MBConv::forward(const Tensor& x) {
+  Tensor y = block(x);
+  return residual_ ? stochastic_depth(y) + x : y;
+}
+
+EfficientNet::EfficientNet(const EfficientNetOptions& options) {
+  NABLA_CHECK(
+      options.num_classes > 0 && options.dropout >= 0 && options.dropout < 1 &&
+          options.stochastic_depth_prob >= 0 && options.stochastic_depth_prob < 1,
+      "EfficientNet: expected num_classes > 0, dropout and stochastic_depth_prob in [0, 1), got {}, {} "
+      "and {}",
+      options.num_classes, options.dropout, options.stochastic_depth_prob);
+  // B0's stages (expand ratio, kernel, first stride, in, out, blocks), as torchvision.
+  constexpr std::array<std::array<int64_t, 6>, 7> stages = {{{1, 3, 1, 32, 16, 1},
+                                                             {6, 3, 2, 16, 24, 2},
+                                                             {6, 5, 2, 24, 40, 2},
+                                                             {6, 3, 2, 40, 80, 3},
+                                                             {6, 5, 1, 80, 112, 3},
+                                                             {6, 5, 2, 112, 192, 4},
+                                                             {6, 3, 1, 192, 320, 1}}};
+  int64_t total = 0;
+  for (const auto& stage : stages) total += stage[5];
+  features.emplace_back<Conv2dNormActivation>(
+      Conv2dNormActivationOptions{.in = 3, .out = 32, .stride = 2, .activation = Activation::silu});
+  int64_t index = 0;
+  for (const auto& [expand, kernel, stride, in, out, blocks] : stages) {
+    auto& stage = features.emplace_back<Sequential>();
+    for (int64_t b = 0; b < blocks; ++b, ++index) {
+      const double p =
+          options.stochastic_depth_prob * static_cast<double>(index) / static_cast<double>(total);
+      stage.emplace_back<MBConv>(b == 0 ? in : out, out, kernel, b == 0 ? stride : 1, expand, p);
+    }
+  }
+  features.emplace_back<Conv2dNormActivation>(
+      Conv2dNormActivationOptions{.in = 320, .out = 1280, .kernel = 1, .activation = Activation::silu});
+  classifier.emplace_back<Dropout>(options.dropout);
+  auto& fc = classifier.emplace_back<Linear>(LinearOptions{.in = 1280, .out = options.num_classes});
+  register_modules({{"features", features}, {"classifier", classifier}});
+  init_mobile(*this);
+  // torchvision's EfficientNet draws its linear layer from U(-1/sqrt(out), 1/sqrt(out)).
+  const double range = 1.0 / std::sqrt(static_cast<double>(options.num_classes));
+  init::uniform_(fc.weight, -range, range);
+}
+
+Tensor EfficientNet::forward(const Tensor& x) {
+  return classifier(adaptive_avg_pool2d(features(x), 1).flatten(1));
+}
+
+std::shared_ptr<EfficientNet> efficientnet_b0(const EfficientNetOptions& options) {
+  return std::make_shared<EfficientNet>(options);
+}
+
+}  // namespace nabla::nn::models

@@ -76,4 +76,33 @@ class MobileNetV3 : public Module {
 std::shared_ptr<MobileNetV3> mobilenet_v3_large(const MobileNetV3Options& options = {});
 std::shared_ptr<MobileNetV3> mobilenet_v3_small(const MobileNetV3Options& options = {});
 
+// EfficientNet-B0 (Tan & Le 2019) as torchvision builds it (features.{stage}.{i}.block.{j}...,
+// classifier.1): MBConv blocks with SiLU, squeeze-excitation (sigmoid scale) and stochastic
+// depth on the residual, its probability growing linearly with the block's depth.
+class MBConv : public Module {
+ public:
+  MBConv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t expand_ratio,
+         double stochastic_depth);
+  Tensor forward(const Tensor& x) override;
+  Sequential block;
+  StochasticDepth stochastic_depth;
+
+ private:
+  bool residual_;
+};
+
+struct EfficientNetOptions {
+  int64_t num_classes = 1000;
+  double dropout = 0.2;                // before the classifier, in training
+  double stochastic_depth_prob = 0.2;  // the last block's; block i of n gets p * i / n
+};
+class EfficientNet : public Module {
+ public:
+  explicit EfficientNet(const EfficientNetOptions& options);
+  Tensor forward(const Tensor& x) override;
+  Sequential features, classifier;
+};
+
+std::shared_ptr<EfficientNet> efficientnet_b0(const EfficientNetOptions& options = {});
+
 }  // namespace nabla::nn::models

@@ -1,8 +1,9 @@
-// nabla's mobilenet_v2, mobilenet_v3_large and mobilenet_v3_small against torchvision's, from
-// torchvision's own random weights: torch_mobilenet.py writes a float64 model's state dict (batch norms moved
-// off their defaults), an input, the eval logits and one training step's loss, gradients and running
-// statistics (dropout 0). nabla loads the state dict with strict = true (every name and shape
-// torchvision's), and must give the same logits, loss, every gradient and every buffer.
+// nabla's mobilenet_v2, mobilenet_v3_large, mobilenet_v3_small and efficientnet_b0 against
+// torchvision's, from torchvision's own random weights: torch_mobilenet.py writes a float64
+// model's state dict (batch norms moved off their defaults), an input, the eval logits and one
+// training step's loss, gradients and running statistics (dropout and stochastic depth 0). nabla
+// loads the state dict with strict = true (every name and shape torchvision's), and must give the
+// same logits, loss, every gradient and every buffer.
 //
 // Skips itself (with a message) only when /usr/bin/python3 cannot import torch.
 #include <unistd.h>
@@ -75,6 +76,9 @@ TEST(InteropMobileNet, MobileNetsMatchTorchvision) {
                              *nn::models::mobilenet_v3_large({.num_classes = 10, .dropout = 0.0}), 174);
   expect_matches_torchvision("mobilenet_v3_small",
                              *nn::models::mobilenet_v3_small({.num_classes = 10, .dropout = 0.0}), 142);
+  expect_matches_torchvision(
+      "efficientnet_b0",
+      *nn::models::efficientnet_b0({.num_classes = 10, .dropout = 0.0, .stochastic_depth_prob = 0.0}), 213);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 
   torch_mobilenet.py OUT.safetensors SEED ARCH
 
-torchvision's ARCH (mobilenet_v2, mobilenet_v3_large or mobilenet_v3_small; dropout 0, so a
-training step is deterministic) with every batch
+torchvision's ARCH (mobilenet_v2, mobilenet_v3_large, mobilenet_v3_small or efficientnet_b0;
+dropout and stochastic depth 0, so a training step is deterministic) with every batch
 norm moved off its defaults, in float64: its state dict ("state.<name>"), an input, the eval
 logits, and from one train-mode forward + cross-entropy backward the loss, every parameter's
 gradient ("grad.<name>") and the updated running statistics ("train.<name>").
@@ -22,7 +22,15 @@ from torch_resnet import save_safetensors  # noqa: E402  (the same small writer)
 def main(out, seed, arch):
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
-    model = getattr(torchvision.models, arch)(weights=None, num_classes=10, dropout=0.0).double()
+    if arch.startswith("efficientnet"):
+        # Its dropout is fixed at build time: set to 0 below, with the stochastic depth.
+        model = getattr(torchvision.models, arch)(weights=None, num_classes=10, stochastic_depth_prob=0.0)
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
+    else:
+        model = getattr(torchvision.models, arch)(weights=None, num_classes=10, dropout=0.0)
+    model = model.double()
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
