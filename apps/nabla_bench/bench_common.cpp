@@ -12,6 +12,10 @@ namespace nabla::bench {
 
 std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_segments) {
   try {
+    if (arch == "vit_b_16") {
+      NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
+      return nn::models::vit_b_16({.num_classes = 1000});
+    }
     if (arch == "efficientnet_b0") {
       NABLA_CHECK(checkpoint_segments == 0, "--grad-checkpoint is for ResNets, not {}", arch);
       return nn::models::efficientnet_b0({.num_classes = 1000});

@@ -168,9 +168,9 @@ void add_concurrent_command(CLI::App& app) {
   cmd->add_option("--memory-fraction", o->memory_fraction, "Each job's cap (0: 0.9 / jobs)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option(
-         "--arch", o->arch,
-         "resnet18|34|50|101|152, or mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0")
+  cmd->add_option("--arch", o->arch,
+                  "resnet18|34|50|101|152, or "
+                  "mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0|vit_b_16")
       ->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size)->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--amp", o->amp, "off, fp16 or bf16 (autocast)")->capture_default_str();

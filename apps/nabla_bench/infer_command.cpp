@@ -290,9 +290,9 @@ void add_infer_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("infer",
                                  "ResNet eval latency per batch size: median and p90 ms, img/s "
                                  "(the inference workload of torch_resnet50.py)");
-  cmd->add_option(
-         "--arch", o->arch,
-         "resnet18|34|50|101|152, or mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0")
+  cmd->add_option("--arch", o->arch,
+                  "resnet18|34|50|101|152, or "
+                  "mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0|vit_b_16")
       ->capture_default_str();
   cmd->add_option("--batch-sizes", o->batch_sizes, "A comma list of batch sizes: one row each")
       ->capture_default_str();

@@ -518,9 +518,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   auto* cmd = app.add_subcommand("train",
                                  "ResNet training throughput and peak memory on synthetic data "
                                  "(the workload of torch_resnet50.py / torch_ddp.py)");
-  cmd->add_option(
-         "--arch", o->arch,
-         "resnet18|34|50|101|152, or mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0")
+  cmd->add_option("--arch", o->arch,
+                  "resnet18|34|50|101|152, or "
+                  "mobilenet_v2|mobilenet_v3_large|mobilenet_v3_small|efficientnet_b0|vit_b_16")
       ->capture_default_str();
   cmd->add_option("--batch-size", o->batch_size, "Images per GPU per step")
       ->capture_default_str()

@@ -29,7 +29,7 @@ import sys
 import time
 
 ARCHS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "mobilenet_v2",
-         "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0")
+         "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16")
 AMPS = ("off", "fp16", "bf16")
 INFER_AMPS = AMPS + ("half",)  # half: the model and the batch in float16 (model.half()), no autocast
 LAYOUTS = ("nchw", "channels-last")

@@ -81,5 +81,19 @@ TEST(InteropMobileNet, MobileNetsMatchTorchvision) {
       *nn::models::efficientnet_b0({.num_classes = 10, .dropout = 0.0, .stochastic_depth_prob = 0.0}), 213);
 }
 
+TEST(InteropVisionTransformer, VisionTransformerMatchesTorchvision) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  // torchvision's VisionTransformer class at a small size (vit_b_16 is the same code at 224 / 16 /
+  // 12 layers / 768): 2 layers, 4 heads, hidden 32, 8 x 8 patches of 32 x 32 images.
+  nn::models::VisionTransformer vit({.image_size = 32,
+                                     .patch_size = 8,
+                                     .num_layers = 2,
+                                     .num_heads = 4,
+                                     .hidden_dim = 32,
+                                     .mlp_dim = 64,
+                                     .num_classes = 10});
+  expect_matches_torchvision("vit_tiny", vit, 32);  // 4 outside the layers, 12 per layer, ln and head
+}
+
 }  // namespace
 }  // namespace nabla
