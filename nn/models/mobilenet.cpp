@@ -124,10 +124,10 @@ MobileNetV3Block::MobileNetV3Block(const MobileNetV3BlockConfig& c)
   block.emplace_back<Conv2dNormActivation>(
       v3_conv(c.expanded, c.expanded, c.kernel, c.stride, c.expanded, act));
   if (c.se) {
-    block.emplace_back<SqueezeExcitation>(
-        SqueezeExcitationOptions{.channels = c.expanded,
-                                 .squeeze = make_divisible(c.expanded / 4),
-                                 .scale_activation = Activation::hardsigmoid});
+    block.emplace_back<SqueezeExcitation>(SqueezeExcitationOptions{
+        .channels = c.expanded,
+        .squeeze = make_divisible(static_cast<double>(c.expanded / 4)),  // torchvision: expanded // 4
+        .scale_activation = Activation::hardsigmoid});
   }
   block.emplace_back<Conv2dNormActivation>(v3_conv(c.expanded, c.out, 1, 1, 1, Activation::none));
   register_modules({{"block", block}});
