@@ -10,7 +10,7 @@
 #include "nabla/nn/models/gpt2.h"
 #include "nabla/nn/models/mobilenet.h"
 #include "nabla/nn/models/resnet.h"
-#include "nabla/nn/models/vit.h"
 #include "nabla/nn/models/small_cnn.h"
+#include "nabla/nn/models/vit.h"
 #include "nabla/nn/module.h"
 #include "nabla/nn/vision_blocks.h"
