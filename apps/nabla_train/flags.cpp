@@ -60,10 +60,10 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
       ->group(data);
 
   const char* model = "Model";
-  app.add_option(
-         "--arch", o.arch,
-         "resnet18|resnet34|resnet50|resnet101|resnet152|smallcnn|mobilenet_v2 (auto: smallcnn on CPU and "
-         "resnet18 on GPU for Fashion-MNIST, resnet18 for CIFAR-10, resnet50 for ImageNet)")
+  app.add_option("--arch", o.arch,
+                 "resnet18|resnet34|resnet50|resnet101|resnet152|smallcnn|mobilenet_v2|mobilenet_v3_large|"
+                 "mobilenet_v3_small|efficientnet_b0|vit_b_16 (auto: smallcnn on CPU and resnet18 on GPU for "
+                 "Fashion-MNIST, resnet18 for CIFAR-10, resnet50 for ImageNet)")
       ->capture_default_str()
       ->group(model);
   auto_default(

@@ -79,13 +79,14 @@ Device resolve_device(const std::string& spec) {
 }
 
 std::string resolve_arch(const TrainOptions& o, const Recipe& r) {
-  static const std::vector<std::string> known = {"resnet18",  "resnet34", "resnet50",    "resnet101",
-                                                 "resnet152", "smallcnn", "mobilenet_v2"};
+  static const std::vector<std::string> known = {
+      "resnet18",     "resnet34",           "resnet50",           "resnet101",       "resnet152", "smallcnn",
+      "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16"};
   if (o.arch != "auto") {
     NABLA_CHECK(
         std::find(known.begin(), known.end(), o.arch) != known.end(),
         "--arch {}: unknown architecture; allowed: resnet18, resnet34, resnet50, resnet101, resnet152, "
-        "smallcnn, mobilenet_v2",
+        "smallcnn, mobilenet_v2, mobilenet_v3_large, mobilenet_v3_small, efficientnet_b0, vit_b_16",
         o.arch);
     return o.arch;
   }
@@ -198,6 +199,10 @@ void resolve_sizes(const TrainOptions& o, Recipe& r) {
   }
   NABLA_CHECK(r.arch != "smallcnn" || r.image_size % 4 == 0,
               "--image-size {}: --arch smallcnn pools twice by 2, so the side must be a multiple of 4",
+              r.image_size);
+  NABLA_CHECK(r.arch != "vit_b_16" || r.image_size % 16 == 0,
+              "--image-size {}: --arch vit_b_16 cuts the image into 16x16 patches, so the side must be a "
+              "multiple of 16",
               r.image_size);
   NABLA_CHECK(o.val_resize == 0 || o.val_resize >= r.image_size,
               "--val-resize {}: must be at least --image-size {}", o.val_resize, r.image_size);

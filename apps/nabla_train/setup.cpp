@@ -5,6 +5,7 @@
 #include "nabla/nn/models/mobilenet.h"
 #include "nabla/nn/models/resnet.h"
 #include "nabla/nn/models/small_cnn.h"
+#include "nabla/nn/models/vit.h"
 #include "nabla/optim/adam.h"
 #include "nabla/optim/lars.h"
 #include "nabla/optim/sgd.h"
@@ -19,6 +20,19 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Recipe& r, i
   }
   if (r.arch == "mobilenet_v2") {
     return nn::models::mobilenet_v2({.num_classes = num_classes, .in_channels = channels});
+  }
+  if (r.arch == "mobilenet_v3_large") {
+    return nn::models::mobilenet_v3_large({.num_classes = num_classes, .in_channels = channels});
+  }
+  if (r.arch == "mobilenet_v3_small") {
+    return nn::models::mobilenet_v3_small({.num_classes = num_classes, .in_channels = channels});
+  }
+  if (r.arch == "efficientnet_b0") {
+    return nn::models::efficientnet_b0({.num_classes = num_classes, .in_channels = channels});
+  }
+  if (r.arch == "vit_b_16") {  // resolve_sizes checked that 16 divides the image size
+    return nn::models::vit_b_16(
+        {.image_size = r.image_size, .num_classes = num_classes, .in_channels = channels});
   }
   const nn::models::ResNetOptions options{.num_classes = num_classes,
                                           .zero_init_residual = o.zero_init_residual,

@@ -139,10 +139,13 @@ Tensor MobileNetV3Block::forward(const Tensor& x) {
 
 MobileNetV3::MobileNetV3(const std::vector<MobileNetV3BlockConfig>& blocks, int64_t last_channel,
                          const MobileNetV3Options& options) {
-  NABLA_CHECK(options.num_classes > 0 && options.dropout >= 0 && options.dropout < 1 && !blocks.empty(),
-              "MobileNetV3: expected num_classes > 0 and dropout in [0, 1), got {} and {}",
-              options.num_classes, options.dropout);
-  features.emplace_back<Conv2dNormActivation>(v3_conv(3, blocks.front().in, 3, 2, 1, Activation::hardswish));
+  NABLA_CHECK(
+      options.num_classes > 0 && options.dropout >= 0 && options.dropout < 1 && !blocks.empty() &&
+          options.in_channels > 0,
+      "MobileNetV3: expected num_classes > 0, dropout in [0, 1) and in_channels > 0, got {}, {} and {}",
+      options.num_classes, options.dropout, options.in_channels);
+  features.emplace_back<Conv2dNormActivation>(
+      v3_conv(options.in_channels, blocks.front().in, 3, 2, 1, Activation::hardswish));
   for (const MobileNetV3BlockConfig& c : blocks) features.emplace_back<MobileNetV3Block>(c);
   const int64_t last_conv = 6 * blocks.back().out;
   features.emplace_back<Conv2dNormActivation>(
@@ -217,10 +220,10 @@ Tensor MBConv::forward(const Tensor& x) {
 EfficientNet::EfficientNet(const EfficientNetOptions& options) {
   NABLA_CHECK(
       options.num_classes > 0 && options.dropout >= 0 && options.dropout < 1 &&
-          options.stochastic_depth_prob >= 0 && options.stochastic_depth_prob < 1,
-      "EfficientNet: expected num_classes > 0, dropout and stochastic_depth_prob in [0, 1), got {}, {} "
-      "and {}",
-      options.num_classes, options.dropout, options.stochastic_depth_prob);
+          options.stochastic_depth_prob >= 0 && options.stochastic_depth_prob < 1 && options.in_channels > 0,
+      "EfficientNet: expected num_classes > 0, dropout and stochastic_depth_prob in [0, 1) and in_channels "
+      "> 0, got {}, {}, {} and {}",
+      options.num_classes, options.dropout, options.stochastic_depth_prob, options.in_channels);
   // B0's stages (expand ratio, kernel, first stride, in, out, blocks), as torchvision.
   constexpr std::array<std::array<int64_t, 6>, 7> stages = {{{1, 3, 1, 32, 16, 1},
                                                              {6, 3, 2, 16, 24, 2},
@@ -231,8 +234,8 @@ EfficientNet::EfficientNet(const EfficientNetOptions& options) {
                                                              {6, 3, 1, 192, 320, 1}}};
   int64_t total = 0;
   for (const auto& stage : stages) total += stage[5];
-  features.emplace_back<Conv2dNormActivation>(
-      Conv2dNormActivationOptions{.in = 3, .out = 32, .stride = 2, .activation = Activation::silu});
+  features.emplace_back<Conv2dNormActivation>(Conv2dNormActivationOptions{
+      .in = options.in_channels, .out = 32, .stride = 2, .activation = Activation::silu});
   int64_t index = 0;
   for (const auto& [expand, kernel, stride, in, out, blocks] : stages) {
     auto& stage = features.emplace_back<Sequential>();

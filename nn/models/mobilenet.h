@@ -63,7 +63,8 @@ class MobileNetV3Block : public Module {
 
 struct MobileNetV3Options {
   int64_t num_classes = 1000;
-  double dropout = 0.2;  // before the last linear layer, in training
+  double dropout = 0.2;     // before the last linear layer, in training
+  int64_t in_channels = 3;  // the images' channels (torchvision: always 3)
 };
 class MobileNetV3 : public Module {
  public:
@@ -95,6 +96,7 @@ struct EfficientNetOptions {
   int64_t num_classes = 1000;
   double dropout = 0.2;                // before the classifier, in training
   double stochastic_depth_prob = 0.2;  // the last block's; block i of n gets p * i / n
+  int64_t in_channels = 3;             // the images' channels (torchvision: always 3)
 };
 class EfficientNet : public Module {
  public:

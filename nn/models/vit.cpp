@@ -66,13 +66,14 @@ Tensor VitEncoder::forward(const Tensor& x) {
 }
 
 VisionTransformer::VisionTransformer(const VisionTransformerOptions& o)
-    : conv_proj({.in = 3, .out = o.hidden_dim, .kernel = o.patch_size, .stride = o.patch_size}),
+    : conv_proj({.in = o.in_channels, .out = o.hidden_dim, .kernel = o.patch_size, .stride = o.patch_size}),
       encoder(o),
       options_(o) {
   NABLA_CHECK(o.patch_size > 0 && o.image_size % o.patch_size == 0 && o.num_heads > 0 &&
-                  o.hidden_dim % o.num_heads == 0 && o.num_layers > 0 && o.num_classes > 0,
+                  o.hidden_dim % o.num_heads == 0 && o.num_layers > 0 && o.num_classes > 0 &&
+                  o.in_channels > 0,
               "VisionTransformer: the patch size ({}) must divide the image size ({}) and the heads ({}) the "
-              "hidden size ({}), with at least one layer and class",
+              "hidden size ({}), with at least one layer, class and input channel",
               o.patch_size, o.image_size, o.num_heads, o.hidden_dim);
   class_token = zeros({1, 1, o.hidden_dim});
   register_parameter("class_token", class_token);
@@ -81,7 +82,7 @@ VisionTransformer::VisionTransformer(const VisionTransformerOptions& o)
   register_modules({{"conv_proj", conv_proj}, {"encoder", encoder}, {"heads", heads}});
   // torchvision's initialization: the patch projection from N(0, 1 / fan_in) truncated, the
   // head at zero.
-  const double fan_in = 3.0 * static_cast<double>(o.patch_size * o.patch_size);
+  const double fan_in = static_cast<double>(o.in_channels * o.patch_size * o.patch_size);
   init::trunc_normal_(conv_proj.weight, {.std = std::sqrt(1.0 / fan_in)});
   init::zeros_(conv_proj.bias);
   init::zeros_(head->weight);
@@ -89,9 +90,10 @@ VisionTransformer::VisionTransformer(const VisionTransformerOptions& o)
 }
 
 Tensor VisionTransformer::forward(const Tensor& x) {
-  NABLA_CHECK(x.dim() == 4 && x.size(2) == options_.image_size && x.size(3) == options_.image_size,
-              "VisionTransformer: expected images (N, 3, {}, {}), got {}", options_.image_size,
-              options_.image_size, describe(x));
+  NABLA_CHECK(x.dim() == 4 && x.size(1) == options_.in_channels && x.size(2) == options_.image_size &&
+                  x.size(3) == options_.image_size,
+              "VisionTransformer: expected images (N, {}, {}, {}), got {}", options_.in_channels,
+              options_.image_size, options_.image_size, describe(x));
   const int64_t n = x.size(0);
   // (N, 3, H, W) -> (N, hidden, h, w) -> (N, h * w, hidden): one token per patch.
   Tensor tokens = conv_proj(x).flatten(2).transpose(1, 2);
@@ -101,8 +103,7 @@ Tensor VisionTransformer::forward(const Tensor& x) {
 
 std::shared_ptr<VisionTransformer> vit_b_16(const VisionTransformerOptions& options) {
   VisionTransformerOptions o = options;
-  o.image_size = 224, o.patch_size = 16, o.num_layers = 12, o.num_heads = 12, o.hidden_dim = 768,
-  o.mlp_dim = 3072;
+  o.patch_size = 16, o.num_layers = 12, o.num_heads = 12, o.hidden_dim = 768, o.mlp_dim = 3072;
   return std::make_shared<VisionTransformer>(o);
 }
 

@@ -26,6 +26,7 @@ struct VisionTransformerOptions {
   double dropout = 0.0;
   double attention_dropout = 0.0;
   int64_t num_classes = 1000;
+  int64_t in_channels = 3;  // the images' channels (torchvision: always 3)
 };
 
 // Pre-norm: x + attention(ln_1(x)), then that + mlp(ln_2(that)); LayerNorm eps 1e-6.
@@ -62,7 +63,9 @@ class VisionTransformer : public Module {
   VisionTransformerOptions options_;
 };
 
-// ViT-B/16: 224 x 224 images, 16 x 16 patches, 12 layers of 12 heads, hidden 768, MLP 3072.
+// ViT-B/16: 16 x 16 patches, 12 layers of 12 heads, hidden 768, MLP 3072; the image size
+// (224 by default, a multiple of 16), classes, channels and dropouts come from `options`, as
+// torchvision's keyword arguments.
 std::shared_ptr<VisionTransformer> vit_b_16(const VisionTransformerOptions& options = {});
 
 }  // namespace nabla::nn::models

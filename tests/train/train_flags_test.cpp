@@ -32,7 +32,13 @@ void expect_one_line_error(const std::string& args, const std::vector<std::strin
 }
 
 TEST(TrainFlags, UnknownArchNamesTheAllowedOnes) {
-  expect_one_line_error("--arch resnet9", {"--arch resnet9", "resnet18", "smallcnn"});
+  expect_one_line_error("--arch resnet9",
+                        {"--arch resnet9", "resnet18", "smallcnn", "efficientnet_b0", "vit_b_16"});
+}
+
+TEST(TrainFlags, VitNeedsAnImageSizeThatItsPatchesDivide) {
+  expect_one_line_error("--data synthetic --device cpu --arch vit_b_16 --image-size 40",
+                        {"--image-size 40", "vit_b_16", "multiple of 16"});
 }
 
 TEST(TrainFlags, MissingDataDirectory) {

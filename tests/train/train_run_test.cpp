@@ -174,3 +174,30 @@ TEST(TrainImageFolder, TrainsOnRealJpegsInTheImageNetLayout) {
 
 }  // namespace
 }  // namespace nabla::testing
+
+namespace nabla::testing {
+namespace {
+
+// Every torchvision-named model trains through nabla-train: two steps on synthetic 32x32 images
+// (the checkpoint of the last one on disk), and a second run resumes from it.
+TEST(TrainArch, EveryVisionModelTrainsAndResumesOnSyntheticData) {
+  for (const char* arch :
+       {"mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small", "efficientnet_b0", "vit_b_16"}) {
+    SCOPED_TRACE(arch);
+    TempDir dir;
+    const std::string common =
+        std::string(" --data synthetic --synthetic-size 8 --num-classes 5 --image-size 32 --epochs 2") +
+        " --device cpu --batch-size 4 --progress off --no-tensorboard --arch " + arch + " --checkpoint-dir " +
+        dir.file("run");
+    auto r = run_train("--max-steps 2" + common);
+    ASSERT_EQ(exit_code(r), 0) << r.output;
+    EXPECT_NE(r.output.find("done: 2 steps"), std::string::npos) << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir.file("run/checkpoint-000000002.safetensors"))) << r.output;
+    auto resumed = run_train("--max-steps 3 --resume auto" + common);
+    ASSERT_EQ(exit_code(resumed), 0) << resumed.output;
+    EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  }
+}
+
+}  // namespace
+}  // namespace nabla::testing
