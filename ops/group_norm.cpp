@@ -1,29 +1,23 @@
-// group_norm (ops/norm.h) as layer_norm over each (sample, group), then the per-channel affine.
+// group_norm (ops/norm.h). On the CPU: layer_norm over each (sample, group), then the
+// per-channel affine. On CUDA: nabla's kernels (Note [Group norm] in ops/cuda/group_norm.cu), two
+// passes forward and two backward, in either layout.
 #include <cmath>
 #include <optional>
 
+#include "nabla/ops/autograd/function.h"
+#include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/norm.h"
+#include "nabla/ops/reduce.h"
 
 namespace nabla {
 
-Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
-  ops::check_defined("group_norm", x, "input");
-  NABLA_CHECK(x.dim() >= 2, "group_norm: expected an input (N, C, *), got {}", describe(x));
-  NABLA_CHECK(x.is_floating_point(), "group_norm: expected a floating-point input, got {}", describe(x));
+namespace {
+
+Tensor composed(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
   const int64_t n = x.size(0), c = x.size(1);
-  NABLA_CHECK(groups > 0 && c % groups == 0,
-              "group_norm: num_groups must be positive and divide the input's {} channels, got {}", c,
-              groups);
-  for (const Tensor* t : {&weight, &bias}) {
-    NABLA_CHECK(!t->defined() || (t->dim() == 1 && t->size(0) == c),
-                "group_norm: expected weight and bias of shape [{}] (one per channel), got {}", c,
-                describe(*t));
-  }
-  NABLA_CHECK(eps > 0 && std::isfinite(eps), "group_norm: expected eps > 0, got {}", eps);
   const MemoryFormat format = x.suggest_memory_format();
-  if (x.numel() == 0) return x.clone();
   const int64_t per_group = x.numel() / (n * groups);
   // 16-bit x: the normalized values stay float32 through the affine step and round once, to
   // x's dtype (as PyTorch returns it), whatever dtype the parameters have.
@@ -38,6 +32,68 @@ Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const T
   if (bias.defined()) y = y + bias.to(y.dtype()).reshape(channel_shape);
   if (reduced) y = y.to(x.dtype());
   return y.dim() == 4 ? y.contiguous(format) : y;
+}
+
+// The kernels' path: x dense in its layout, parameters and statistics in float32 (float64 for
+// float64 x), one node whose backward runs the two backward kernels.
+Tensor on_kernels(const Tensor& x_in, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
+  const MemoryFormat format = x_in.dim() == 4 ? x_in.suggest_memory_format() : MemoryFormat::Contiguous;
+  const DType stat = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
+  Tensor x, w, b, y, mean, rstd;
+  {
+    NoGradGuard no_grad;
+    x = x_in.contiguous(format);
+    w = weight.defined() ? weight.to(stat).contiguous() : Tensor();
+    b = bias.defined() ? bias.to(stat).contiguous() : Tensor();
+    y = Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
+    mean = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
+    rstd = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
+    ops::cuda::group_norm_forward(x, groups, w, b, eps, y, mean, rstd);
+  }
+  if (autograd::needs_grad({x_in, weight, bias})) {
+    autograd::record(
+        "GroupNormBackward", {x_in, weight, bias}, {y}, /*save=*/{x, mean, rstd},
+        [groups, format, stat, w, weight_dtype = weight.defined() ? weight.dtype() : stat,
+         bias_dtype = bias.defined() ? bias.dtype() : stat](autograd::BackwardContext& ctx) {
+          NoGradGuard no_grad;
+          const Tensor& x = ctx.saved[0];
+          const Tensor dy = ctx.grad().contiguous(format);
+          Tensor dx;
+          if (ctx.needs(0))
+            dx =
+                Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
+          const TensorOptions per_channel{.dtype = stat, .device = x.device()};
+          Tensor dweight = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+          Tensor dbias = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+          ops::cuda::group_norm_backward(dy, x, groups, w, ctx.saved[1], ctx.saved[2], dx, dweight, dbias);
+          return TensorList{dx, ctx.needs(1) ? sum(dweight, {0}).to(weight_dtype) : Tensor(),
+                            ctx.needs(2) ? sum(dbias, {0}).to(bias_dtype) : Tensor()};
+        });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor group_norm(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
+  ops::check_defined("group_norm", x, "input");
+  NABLA_CHECK(x.dim() >= 2, "group_norm: expected an input (N, C, *), got {}", describe(x));
+  NABLA_CHECK(x.is_floating_point(), "group_norm: expected a floating-point input, got {}", describe(x));
+  const int64_t c = x.size(1);
+  NABLA_CHECK(groups > 0 && c % groups == 0,
+              "group_norm: num_groups must be positive and divide the input's {} channels, got {}", c,
+              groups);
+  for (const Tensor* t : {&weight, &bias}) {
+    NABLA_CHECK(!t->defined() || (t->dim() == 1 && t->size(0) == c),
+                "group_norm: expected weight and bias of shape [{}] (one per channel), got {}", c,
+                describe(*t));
+  }
+  NABLA_CHECK(eps > 0 && std::isfinite(eps), "group_norm: expected eps > 0, got {}", eps);
+  ops::check_same_device("group_norm", {x, weight, bias});
+  if (x.numel() == 0) return x.clone();
+  return dispatch(
+      "group_norm", x, [&] { return composed(x, groups, weight, bias, eps); },
+      [&] { return on_kernels(x, groups, weight, bias, eps); });
 }
 
 }  // namespace nabla

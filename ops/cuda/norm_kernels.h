@@ -103,4 +103,15 @@ bool layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
                          RowNorm kind = RowNorm::Layer, const Tensor& dsum = {},
                          const Tensor& dresidual = {});
 
+// Group normalization (Note [Group norm] in group_norm.cu): x (N, C, *) contiguous, or 4-d
+// channels_last; y laid out as x. weight, bias (C) or undefined, mean and rstd (N, groups), all of
+// the statistics' dtype (float64 for float64 x, float32 otherwise).
+void group_norm_forward(const Tensor& x, int64_t groups, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd);
+// dx (laid out as x; undefined: not computed), and per (sample, channel) the shares of dweight
+// and dbias, (N, C) of the statistics' dtype (their sums over N are the gradients).
+void group_norm_backward(const Tensor& dy, const Tensor& x, int64_t groups, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx, const Tensor& dweight_part,
+                         const Tensor& dbias_part);
+
 }  // namespace nabla::ops::cuda

@@ -102,6 +102,65 @@ TEST(CudaParityVisionLayers, GroupNormMatchesTheCpu) {
       {32}, 32, test_seed());
 }
 
+// group_norm's kernels (Note [Group norm]) at more shapes: groups of one channel and of all of
+// them, more positions than a block has threads, a 3-d (N, C, L) input, a mean far from zero,
+// no affine parameters, float64 and bfloat16.
+TEST(CudaParityVisionLayers, GroupNormKernelsMatchTheCpuAtEveryShapeAndDtype) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    Shape x;
+    int64_t groups;
+    double offset;
+    bool affine;
+  };
+  const Case cases[] = {{"groups of one channel", {2, 8, 5, 3}, 8, 0.0, true},
+                        {"one group", {2, 6, 4, 4}, 1, 0.0, true},
+                        {"1024 positions, mean 50", {2, 16, 32, 32}, 4, 50.0, true},
+                        {"3-d (N, C, L)", {3, 12, 40}, 3, 0.0, true},
+                        {"no weight or bias", {2, 8, 7, 6}, 2, 0.0, false}};
+  uint64_t seed = test_seed() + 500;
+  for (const Case& c : cases) {
+    for (DType dtype : {kFloat64, kFloat32, kBFloat16}) {
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        if (format == MemoryFormat::ChannelsLast && c.x.size() != 4) continue;
+        SCOPED_TRACE(fmt::format("{} {} {}", c.name, dtype_name(dtype),
+                                 format == MemoryFormat::Contiguous ? "contiguous" : "channels_last"));
+        const int64_t channels = c.x[1];
+        const Tensor x = (random_input(c.x, ++seed, kFloat32) + c.offset).to(dtype).to(kFloat64);
+        const Tensor w = (random_input({channels}, ++seed, kFloat32) * 0.5 + 1.0).to(dtype).to(kFloat64);
+        const Tensor b = random_input({channels}, ++seed, kFloat32).to(dtype).to(kFloat64);
+        const Tensor r = random_input(c.x, ++seed, kFloat32).to(dtype).to(kFloat64);
+        Grads want, got;
+        for (auto [out, device, type] :
+             {std::tuple{&want, Device::cpu(), kFloat64}, std::tuple{&got, Device::cuda(), dtype}}) {
+          const auto leaf = [&](const Tensor& t) {
+            Tensor v = t.to(device, type);
+            if (v.dim() == 4) v = v.contiguous(format);
+            return v.detach().requires_grad_(true);
+          };
+          Tensor xl = leaf(x), wl = leaf(w), bl = leaf(b);
+          Tensor y = c.affine ? group_norm(xl, c.groups, wl, bl) : group_norm(xl, c.groups);
+          sum(y * r.to(device, type)).backward();
+          *out = {y, xl.grad(), c.affine ? wl.grad() : Tensor(), c.affine ? bl.grad() : Tensor()};
+        }
+        // The mean-50 case loses bfloat16's digits in x itself, not in the kernels: its
+        // tolerance is the one of the normalized values that x's rounding leaves.
+        const double tol = dtype == kFloat64 ? 1e-10 : dtype == kFloat32 ? 2e-5 : 2e-2;
+        EXPECT_TRUE(close_to(got.y, want.y, tol)) << "output";
+        EXPECT_TRUE(close_to(got.gx, want.gx, tol)) << "grad input";
+        if (c.affine) {
+          EXPECT_TRUE(close_to(got.gw, want.gw, tol)) << "grad weight";
+          EXPECT_TRUE(close_to(got.gb, want.gb, tol)) << "grad bias";
+        }
+        EXPECT_EQ(got.y.dtype(), dtype);
+        if (format == MemoryFormat::ChannelsLast)
+          EXPECT_TRUE(got.gx.is_contiguous(format)) << "the layout is kept";
+      }
+    }
+  }
+}
+
 TEST(CudaParityVisionLayers, InterpolateMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test_seed();
