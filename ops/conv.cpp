@@ -43,6 +43,7 @@ namespace {
 std::atomic<bool> benchmark_on{false};
 std::atomic<bool> tf32_on{true};
 std::atomic<bool> deterministic_on{false};
+std::atomic<bool> depthwise_on{true};
 
 std::string pair_str(Pair2 p) {
   return fmt::format("({}, {})", p[0], p[1]);
@@ -53,7 +54,8 @@ std::string pair_str(Pair2 p) {
 ops::cuda::CudnnSettings ops::cudnn_settings() {
   return {.benchmark = cudnn_benchmark(),
           .allow_tf32 = cudnn_allow_tf32(),
-          .deterministic = cudnn_deterministic()};
+          .deterministic = cudnn_deterministic(),
+          .depthwise_kernels = depthwise_kernels()};
 }
 
 Shape ops::check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
@@ -441,6 +443,12 @@ void set_cudnn_deterministic(bool deterministic) {
 }
 bool cudnn_deterministic() {
   return deterministic_on.load(std::memory_order_relaxed);
+}
+void set_depthwise_kernels(bool on) {
+  depthwise_on.store(on, std::memory_order_relaxed);
+}
+bool depthwise_kernels() {
+  return depthwise_on.load(std::memory_order_relaxed);
 }
 
 }  // namespace nabla

@@ -17,6 +17,10 @@
 //   set_cudnn_allow_tf32(false)    float32 convolutions without TensorFloat-32 (on by default
 //                                  for convolutions, as in PyTorch; matmul has its own switch).
 //   set_cudnn_deterministic(true)  only algorithms that give bit-identical results run to run.
+//   set_depthwise_kernels(false)   the data gradient of channels_last stride-2 depthwise
+//                                  convolutions (3x3, 5x5) on cuDNN instead of nabla's kernel
+//                                  (on by default: cuDNN's took 4x its forward's time there).
+//                                  nabla's is deterministic.
 #pragma once
 
 #include <array>
@@ -89,5 +93,7 @@ void set_cudnn_allow_tf32(bool allow);
 bool cudnn_allow_tf32();
 void set_cudnn_deterministic(bool deterministic);
 bool cudnn_deterministic();
+void set_depthwise_kernels(bool on);
+bool depthwise_kernels();
 
 }  // namespace nabla

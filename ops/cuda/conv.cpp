@@ -449,7 +449,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   // channels_last 16-bit with a bias: the bias in the convolution's epilogue where cuDNN's
   // fusion engines take it, else a pass of its own.
   if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, settings)) return;
-  run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
+  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::Forward, x, w, y, p, settings))
+    run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
     Tensor b = ops::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
@@ -518,11 +519,16 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
                            const CudnnSettings& settings) {
+  if (settings.depthwise_kernels && depthwise_conv2d_backward_input_supported(grad_x, w, grad_y, p)) {
+    depthwise_conv2d_backward_input(grad_y, w, grad_x, p);
+    return;
+  }
   if (is_pointwise_gemm(grad_x, w, p)) {
     gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = settings.allow_tf32});
     return;
   }
-  run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, settings);
+  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::BackwardData, grad_x, w, grad_y, p, settings))
+    run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, settings);
 }
 
 bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
@@ -539,7 +545,8 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor&
     gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = settings.allow_tf32});
     return;
   }
-  run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, settings);
+  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, settings))
+    run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, settings);
 }
 
 bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p) {

@@ -13,9 +13,10 @@ namespace nabla::ops::cuda {
 
 // The process-wide cuDNN switches (owned by ops/conv.cpp), read once per call.
 struct CudnnSettings {
-  bool benchmark = false;      // cudnnFind*AlgorithmEx once per shape instead of heuristics
-  bool allow_tf32 = true;      // float32 may use TensorFloat-32 tensor cores
-  bool deterministic = false;  // only algorithms with run-to-run identical results
+  bool benchmark = false;         // cudnnFind*AlgorithmEx once per shape instead of heuristics
+  bool allow_tf32 = true;         // float32 may use TensorFloat-32 tensor cores
+  bool deterministic = false;     // only algorithms with run-to-run identical results
+  bool depthwise_kernels = true;  // stride-2 depthwise data gradients on nabla's kernel
 };
 
 // y = conv(x, w) + bias (bias (O) or undefined).
@@ -42,6 +43,15 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor&
 // as GEMMs] in conv.cpp): 1x1, stride 1, no padding, one group, channels_last 16/32-bit. `act`
 // is x or grad_x.
 bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p);
+
+// The data gradient of a stride-2 depthwise convolution on nabla's kernel (Note [Depthwise
+// convolutions] in depthwise_conv.cu): groups == in == out channels, 3x3 or 5x5 with padding
+// k / 2, dilation 1, grad_x and grad_y NHWC in memory, float32/float16/bfloat16.
+// conv2d_backward_input routes here when it is supported and settings.depthwise_kernels holds.
+bool depthwise_conv2d_backward_input_supported(const Tensor& grad_x, const Tensor& w, const Tensor& grad_y,
+                                               const ConvParams& p);
+void depthwise_conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
+                                     const ConvParams& p);
 
 // Forgets every cached algorithm choice (tests; a changed workspace budget).
 void clear_conv_algorithm_cache();
