@@ -169,10 +169,9 @@ void check_ranges(const TrainOptions& o, const Recipe& r) {
               o.workers);
   NABLA_CHECK(o.num_classes >= 0, "--num-classes {}: must be positive", o.num_classes);
   NABLA_CHECK(o.grad_checkpoint >= 0, "--grad-checkpoint {}: must be >= 0 (0: off)", o.grad_checkpoint);
-  NABLA_CHECK(
-      o.grad_checkpoint == 0 || r.arch != "smallcnn",
-      "--grad-checkpoint {}: only the ResNets are checkpointed; --arch smallcnn is too small to need it",
-      o.grad_checkpoint);
+  NABLA_CHECK(o.grad_checkpoint == 0 || r.arch.rfind("resnet", 0) == 0,
+              "--grad-checkpoint {}: only the ResNets are checkpointed, not --arch {}", o.grad_checkpoint,
+              r.arch);
   NABLA_CHECK(o.memory_fraction >= 0 && o.memory_fraction <= 1, "--memory-fraction {}: must be in (0, 1]",
               o.memory_fraction);
   NABLA_CHECK(o.memory_fraction == 0 || r.device.is_cuda(),
@@ -201,9 +200,9 @@ void resolve_sizes(const TrainOptions& o, Recipe& r) {
               "--image-size {}: --arch smallcnn pools twice by 2, so the side must be a multiple of 4",
               r.image_size);
   NABLA_CHECK(r.arch != "vit_b_16" || r.image_size % 16 == 0,
-              "--image-size {}: --arch vit_b_16 cuts the image into 16x16 patches, so the side must be a "
-              "multiple of 16",
-              r.image_size);
+              "--arch vit_b_16 cuts the image into 16x16 patches, so the side must be a multiple of 16; {} "
+              "images are {}x{} (--image-size resizes imagenet and synthetic data only)",
+              r.data_kind, r.image_size, r.image_size);
   NABLA_CHECK(o.val_resize == 0 || o.val_resize >= r.image_size,
               "--val-resize {}: must be at least --image-size {}", o.val_resize, r.image_size);
   r.val_resize = o.val_resize > 0 ? o.val_resize : r.image_size * 256 / 224;

@@ -6,7 +6,7 @@
 // Here the forward is two passes: one block per (sample, group) sums the group's elements (shifted
 // by its first element, so a large mean costs no precision) into its mean and 1 / std, then one
 // elementwise pass writes y = (x - mean) * rstd * weight + bias in x's dtype. The backward is two
-// passes too: one block per (sample, group) sums dy and dy * x per channel, from which it writes
+// passes too: one block per (sample, group) sums dy and dy * (x - mean) per channel, from which it writes
 // that sample's share of dweight and dbias and the group's two sums the input gradient needs,
 // sum(dy * w) and sum(dy * w * xhat); then dx = rstd * (dy * w - mean(dy * w) - xhat *
 // mean(dy * w * xhat)) elementwise. NCHW and channels_last both read x where it lies. Every sum
@@ -109,8 +109,8 @@ __global__ void group_apply_kernel(const T* __restrict__ x, const opmath_t<T>* _
   }
 }
 
-// Per (n, c) of group (n, g) = blockIdx.x: dweight_part = rstd * (sum(dy x) - mean sum(dy)) (that
-// is sum(dy xhat)) and dbias_part = sum(dy); per group: sums[2 row] = sum(dy w) and sums[2 row + 1]
+// Per (n, c) of group (n, g) = blockIdx.x: dweight_part = rstd * sum(dy (x - mean)) = sum(dy xhat)
+// and dbias_part = sum(dy); per group: sums[2 row] = sum(dy w) and sums[2 row + 1]
 // = sum(dy w xhat).
 template <typename T, bool kNhwc>
 __global__ void group_backward_sums_kernel(const T* __restrict__ dy, const T* __restrict__ x,
@@ -127,17 +127,17 @@ __global__ void group_backward_sums_kernel(const T* __restrict__ dy, const T* __
   A dyw = 0, dyw_xhat = 0;  // thread 0's running group sums
   for (int64_t j = 0; j < g.per_group; ++j) {
     const int64_t c = group * g.per_group + j;
-    A s_dy = 0, s_dyx = 0;
+    A s_dy = 0, s_dyx = 0;  // sum(dy), sum(dy (x - mean))
     for (int64_t s = threadIdx.x; s < g.s; s += kThreads) {
       const int64_t at = offset_of<kNhwc>(g, n, c, s);
       const A d = load_as_opmath(dy[at]);
       s_dy += d;
-      s_dyx += d * load_as_opmath(x[at]);
+      s_dyx += d * (load_as_opmath(x[at]) - mu);  // centred: a large mean costs no digits
     }
     s_dy = block_sum(s_dy, shared);
     s_dyx = block_sum(s_dyx, shared);
     if (threadIdx.x == 0) {
-      const A dy_xhat = r * (s_dyx - mu * s_dy);
+      const A dy_xhat = r * s_dyx;
       dweight_part[n * g.c + c] = dy_xhat;
       dbias_part[n * g.c + c] = s_dy;
       const A w = weight != nullptr ? weight[c] : A(1);
@@ -190,7 +190,8 @@ const T* data_or_null(const Tensor& t) {
 // Calls fn.template operator()<T, kNhwc, I>() for x's dtype and layout and the narrowest index.
 template <typename Fn>
 void dispatch_group(const Tensor& x, const char* op, Fn&& fn) {
-  const bool nhwc = is_nhwc(x), narrow = x.numel() < (int64_t{1} << 32);
+  // 32-bit indices while a grid-stride step cannot wrap past 2^32.
+  const bool nhwc = is_nhwc(x), narrow = x.numel() < (int64_t{1} << 31);
   dispatch_device<TypeSet::Floating>(x.dtype(), op, [&]<typename T>() {
     if (nhwc) {
       narrow ? fn.template operator()<T, true, uint32_t>() : fn.template operator()<T, true, int64_t>();

@@ -161,6 +161,76 @@ TEST(CudaParityVisionLayers, GroupNormKernelsMatchTheCpuAtEveryShapeAndDtype) {
   }
 }
 
+TEST(CudaParityVisionLayers, GroupNormDoubleBackwardIsRefusedClearly) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = test_seed();
+  Tensor x = random_input({2, 4, 3, 3}, seed, kFloat32).to(Device::cuda()).detach().requires_grad_(true);
+  const Tensor r = random_input({2, 4, 3, 3}, seed + 1, kFloat32).to(Device::cuda());
+  sum(group_norm(x, 2) * r).backward({}, /*retain_graph=*/false, /*create_graph=*/true);
+  EXPECT_NABLA_ERROR(sum(x.grad()).backward(), "double backward through group_norm");
+}
+
+// The composed ones: adaptive_max_pool2d (max over narrowed windows), ReLU6 (clamp) and
+// stochastic depth (a Bernoulli row mask, scaled by 1 / (1 - p)).
+TEST(CudaParityVisionLayers, AdaptiveMaxPoolReLU6AndStochasticDepthMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed() + 900;
+  const std::pair<const char*, std::function<Tensor(const Tensor&)>> ops[] = {
+      {"adaptive_max_pool2d (3, 2)",
+       [](const Tensor& t) {
+         return adaptive_max_pool2d(t, {3, 2});
+       }},
+      {"adaptive_max_pool2d (1, 1)",
+       [](const Tensor& t) {
+         return adaptive_max_pool2d(t, {1, 1});
+       }},
+      {"relu6", [](const Tensor& t) { return nn::activate(nn::Activation::relu6, t * 4.0); }}};
+  for (const auto& [name, f] : ops) {
+    for (DType dtype : {kFloat32, kFloat16}) {
+      for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        SCOPED_TRACE(fmt::format("{} {} {}", name, dtype_name(dtype),
+                                 format == MemoryFormat::Contiguous ? "contiguous" : "channels_last"));
+        const Tensor x = random_input({2, 6, 9, 7}, ++seed, kFloat32).to(dtype).to(kFloat64);
+        const Tensor r = random_input(f(x).sizes(), ++seed, kFloat32).to(dtype).to(kFloat64);
+        Grads want, got;
+        for (auto [out, device, type] :
+             {std::tuple{&want, Device::cpu(), kFloat64}, std::tuple{&got, Device::cuda(), dtype}}) {
+          Tensor xl = x.to(device, type).contiguous(format).detach().requires_grad_(true);
+          Tensor y = f(xl);
+          sum(y * r.to(device, type)).backward();
+          *out = {y, xl.grad(), Tensor(), Tensor()};
+        }
+        const double tol = dtype == kFloat16 ? 4e-3 : 1e-6;
+        EXPECT_TRUE(close_to(got.y, want.y, tol)) << "output";
+        EXPECT_TRUE(close_to(got.gx, want.gx, tol)) << "grad input";
+      }
+    }
+  }
+  // Stochastic depth on CUDA: whole rows zeroed, the rest scaled by 1 / (1 - p), the same mask
+  // for the gradient, about p of the rows, and the identity in eval.
+  const double p = 0.3;
+  const Tensor x = (random_input({400, 3, 2, 2}, ++seed, kFloat32).abs() + 0.5).to(Device::cuda());
+  Tensor xl = x.detach().requires_grad_(true);
+  const Tensor y = nn::stochastic_depth(xl, p, nn::StochasticDepthMode::row, /*training=*/true);
+  sum(y).backward();
+  const std::vector<double> ratio = (y / x).to(Device::cpu(), kFloat64).contiguous().to_vector<double>();
+  const std::vector<double> grad = xl.grad().to(Device::cpu(), kFloat64).contiguous().to_vector<double>();
+  int64_t dropped = 0;
+  for (size_t row = 0; row < 400; ++row) {
+    const double first = ratio[row * 12];
+    EXPECT_TRUE(std::abs(first) < 1e-6 || std::abs(first - 1 / (1 - p)) < 1e-5)
+        << "row " << row << ": " << first;
+    for (size_t i = row * 12; i < row * 12 + 12; ++i) {
+      EXPECT_NEAR(ratio[i], first, 1e-5) << "row " << row << " is not one mask";
+      EXPECT_NEAR(grad[i], first, 1e-5) << "row " << row << ": the gradient's mask";
+    }
+    dropped += std::abs(first) < 1e-6;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / 400, p, 0.1);
+  const Tensor eval = nn::stochastic_depth(x, p, nn::StochasticDepthMode::row, /*training=*/false);
+  EXPECT_EQ(max(abs(eval - x)).item<double>(), 0.0) << "the identity in eval";
+}
+
 TEST(CudaParityVisionLayers, InterpolateMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = test_seed();

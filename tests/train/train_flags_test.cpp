@@ -38,7 +38,9 @@ TEST(TrainFlags, UnknownArchNamesTheAllowedOnes) {
 
 TEST(TrainFlags, VitNeedsAnImageSizeThatItsPatchesDivide) {
   expect_one_line_error("--data synthetic --device cpu --arch vit_b_16 --image-size 40",
-                        {"--image-size 40", "vit_b_16", "multiple of 16"});
+                        {"vit_b_16", "multiple of 16", "40x40"});
+  expect_one_line_error("--data synthetic --device cpu --arch mobilenet_v2 --grad-checkpoint 2",
+                        {"--grad-checkpoint 2", "only the ResNets", "mobilenet_v2"});
 }
 
 TEST(TrainFlags, MissingDataDirectory) {
