@@ -23,6 +23,7 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
@@ -253,15 +254,6 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
       });
 }
 
-// Marks a gradient computed by a backward kernel as having no derivative of its own.
-void refuse_double_backward(const Tensor& result, const TensorList& inputs, const char* name) {
-  if (!autograd::needs_grad(inputs)) return;
-  autograd::record(name, inputs, {result}, {}, [name](autograd::BackwardContext&) -> TensorList {
-    NABLA_CHECK(false, "{}: double backward through conv2d is not supported", name);
-    return {};
-  });
-}
-
 }  // namespace
 
 void ops::record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
@@ -276,11 +268,11 @@ void ops::record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
         if (ctx.needs(0)) {
           grad_x =
               input_gradient_plus(g, w, x.sizes(), conv_format(x, w), p, autograd::take_pending_gradient(0));
-          refuse_double_backward(grad_x, {g, w}, "conv2d_backward_input");
+          autograd::refuse_double_backward("conv2d_backward_input", {g, w}, {grad_x}, "conv2d");
         }
         if (ctx.needs(1)) {
           grad_w = weight_gradient(g, x, w, p);
-          refuse_double_backward(grad_w, {g, x}, "conv2d_backward_weight");
+          autograd::refuse_double_backward("conv2d_backward_weight", {g, x}, {grad_w}, "conv2d");
         }
         if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
         return TensorList{grad_x, grad_w, grad_b};
@@ -359,11 +351,11 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
       Tensor grad_x, grad_w, grad_b;
       if (ctx.needs(0)) {
         grad_x = forward(g.contiguous(format), w, {}, p, x.sizes());
-        refuse_double_backward(grad_x, {g, w}, "conv_transpose2d_backward_input");
+        autograd::refuse_double_backward("conv_transpose2d_backward_input", {g, w}, {grad_x}, "conv2d");
       }
       if (ctx.needs(1)) {
         grad_w = weight_gradient(x, g.contiguous(format), w, p);
-        refuse_double_backward(grad_w, {g, x}, "conv_transpose2d_backward_weight");
+        autograd::refuse_double_backward("conv_transpose2d_backward_weight", {g, x}, {grad_w}, "conv2d");
       }
       if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
       return TensorList{grad_x, grad_w, grad_b};

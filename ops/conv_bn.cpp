@@ -16,6 +16,7 @@
 #include <atomic>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cuda/conv_bn_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
@@ -120,15 +121,8 @@ TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvPar
       }
     });
   }
-  if (autograd::needs_grad({grad, s.y, s.w, s.gamma, s.beta})) {
-    autograd::record("batch_norm_relu_conv2d_backward", {grad, s.y, s.w, s.gamma, s.beta}, grads, {},
-                     [](autograd::BackwardContext&) -> TensorList {
-                       NABLA_CHECK(false,
-                                   "batch_norm_relu_conv2d_backward: double backward through this op is not "
-                                   "supported");
-                       return {};
-                     });
-  }
+  autograd::refuse_double_backward("batch_norm_relu_conv2d_backward", {grad, s.y, s.w, s.gamma, s.beta},
+                                   grads);
   return grads;
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
@@ -89,12 +90,7 @@ Tensor fused_backward(BinaryOp op, const Tensor& grad, const Tensor& saved, cons
     NoGradGuard no_grad;
     out = binary_forward(op, grad, saved, name, alpha);
   }
-  if (autograd::needs_grad({grad, saved})) {
-    autograd::record(name, {grad, saved}, {out}, {}, [name](BackwardContext&) -> TensorList {
-      NABLA_CHECK(false, "{}: double backward through this op is not supported", name);
-      return {};
-    });
-  }
+  autograd::refuse_double_backward(name, {grad, saved}, {out});
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/detail/dispatch.h"
@@ -51,40 +52,31 @@ Tensor on_kernels(const Tensor& x_in, int64_t groups, const Tensor& weight, cons
     ops::cuda::group_norm_forward(x, groups, w, b, eps, y, mean, rstd);
   }
   if (autograd::needs_grad({x_in, weight, bias})) {
-    autograd::record(
-        "GroupNormBackward", {x_in, weight, bias}, {y}, /*save=*/{x, mean, rstd},
-        [groups, format, stat, w, weight_dtype = weight.defined() ? weight.dtype() : stat,
-         bias_dtype = bias.defined() ? bias.dtype() : stat](autograd::BackwardContext& ctx) {
-          const Tensor& x = ctx.saved[0];
-          const Tensor& grad = ctx.grad();
-          Tensor dx, dweight, dbias;
-          {
-            NoGradGuard no_grad;
-            const Tensor dy = grad.contiguous(format);
-            if (ctx.needs(0))
-              dx = Tensor::empty(x.sizes(),
-                                 {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
-            const TensorOptions per_channel{.dtype = stat, .device = x.device()};
-            Tensor dweight_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
-            Tensor dbias_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
-            ops::cuda::group_norm_backward(dy, x, groups, w, ctx.saved[1], ctx.saved[2], dx, dweight_part,
-                                           dbias_part);
-            if (ctx.needs(1)) dweight = sum(dweight_part, {0}).to(weight_dtype);
-            if (ctx.needs(2)) dbias = sum(dbias_part, {0}).to(bias_dtype);
-          }
-          // The kernels' results have no derivative of their own: a double backward (create_graph)
-          // through them is refused, not silently cut.
-          if (autograd::needs_grad({grad, x})) {
-            autograd::record("group_norm_backward", {grad, x}, {dx, dweight, dbias}, {},
-                             [](autograd::BackwardContext&) -> TensorList {
-                               NABLA_CHECK(false,
-                                           "group_norm_backward: double backward through group_norm on CUDA "
-                                           "is not supported");
-                               return {};
-                             });
-          }
-          return TensorList{dx, dweight, dbias};
-        });
+    autograd::record("GroupNormBackward", {x_in, weight, bias}, {y}, /*save=*/{x, mean, rstd, w},
+                     [groups, format, stat, weight_dtype = weight.defined() ? weight.dtype() : stat,
+                      bias_dtype = bias.defined() ? bias.dtype() : stat](autograd::BackwardContext& ctx) {
+                       const Tensor& x = ctx.saved[0];
+                       const Tensor& grad = ctx.grad();
+                       Tensor dx, dweight, dbias;
+                       {
+                         NoGradGuard no_grad;
+                         const Tensor dy = grad.contiguous(format);
+                         if (ctx.needs(0))
+                           dx = Tensor::empty(
+                               x.sizes(),
+                               {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
+                         const TensorOptions per_channel{.dtype = stat, .device = x.device()};
+                         Tensor dweight_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+                         Tensor dbias_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+                         ops::cuda::group_norm_backward(dy, x, groups, ctx.saved[3], ctx.saved[1],
+                                                        ctx.saved[2], dx, dweight_part, dbias_part);
+                         if (ctx.needs(1)) dweight = sum(dweight_part, {0}).to(weight_dtype);
+                         if (ctx.needs(2)) dbias = sum(dbias_part, {0}).to(bias_dtype);
+                       }
+                       autograd::refuse_double_backward("group_norm_backward", {grad, x},
+                                                        {dx, dweight, dbias}, "group_norm on CUDA");
+                       return TensorList{dx, dweight, dbias};
+                     });
   }
   return y;
 }

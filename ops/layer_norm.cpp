@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
@@ -70,15 +71,8 @@ TensorList layer_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
                                          flat(dweight), flat(dbias), kind);
         });
   }
-  if (autograd::needs_grad({grad, x, weight})) {
-    autograd::record("layer_norm_backward", {grad, x, weight}, {dx, dweight, dbias}, {},
-                     [](BackwardContext&) -> TensorList {
-                       NABLA_CHECK(false,
-                                   "layer_norm_backward: double backward through layer_norm and rms_norm is "
-                                   "not supported");
-                       return {};
-                     });
-  }
+  autograd::refuse_double_backward("layer_norm_backward", {grad, x, weight}, {dx, dweight, dbias},
+                                   "layer_norm and rms_norm");
   return {dx, dweight, dbias};
 }
 

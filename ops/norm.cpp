@@ -13,6 +13,7 @@
 
 #include <cmath>
 
+#include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
@@ -128,15 +129,6 @@ void bump_running_stats(const Tensor& running_mean, const Tensor& running_var) {
   running_var.bump_version();
 }
 
-// Records a node for the result of a fused backward kernel: it has no derivative of its own.
-void record_no_double_backward(const char* name, const TensorList& inputs, const TensorList& outputs) {
-  if (!autograd::needs_grad(inputs)) return;
-  autograd::record(name, inputs, outputs, {}, [name](BackwardContext&) -> TensorList {
-    NABLA_CHECK(false, "{}: double backward through this op is not supported", name);
-    return {};
-  });
-}
-
 // The training-mode backward: dx, dweight, dbias from one kernel.
 TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
                                const BatchNormStats& stats, const ops::cuda::BatchNormForward& forward,
@@ -153,7 +145,7 @@ TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor
         [&] { ops::cpu::batch_norm_backward(dy, x, weight, stats, g.dx, g.dweight, g.dbias); },
         [&] { ops::cuda::batch_norm_backward(dy, x, weight, stats, forward, eps, g); });
   }
-  record_no_double_backward("batch_norm_backward", {grad, x, weight}, {g.dx, g.dweight, g.dbias});
+  autograd::refuse_double_backward("batch_norm_backward", {grad, x, weight}, {g.dx, g.dweight, g.dbias});
   return {g.dx, g.dweight, g.dbias};
 }
 
@@ -241,7 +233,8 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
         [&] { ops::cuda::batch_norm_fused_backward(dy, saved, eps, g); });
   }
   const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
-  record_no_double_backward(name, {grad, saved.x, saved.weight}, {g.dx, g.dresidual, g.dweight, g.dbias});
+  autograd::refuse_double_backward(name, {grad, saved.x, saved.weight},
+                                   {g.dx, g.dresidual, g.dweight, g.dbias});
   return {g.dx, g.dresidual, g.dweight, g.dbias};
 }
 
