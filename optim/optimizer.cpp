@@ -39,7 +39,7 @@ std::vector<ParamGroup> param_groups(const std::vector<std::pair<std::string, Te
   no_decay.weight_decay = 0.0;
   no_decay.skip_adaptation = true;
   for (const auto& [name, param] : named_params) {
-    bool excluded = false;
+    bool excluded = split.no_weight_decay_on_vectors && param.dim() <= 1;
     for (const auto& pattern : split.no_weight_decay)
       excluded = excluded || name.find(pattern) != std::string::npos;
     (excluded ? no_decay : decay).params.push_back(param);

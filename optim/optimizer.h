@@ -34,6 +34,9 @@ std::vector<ParamGroup> one_group(TensorList params);
 
 struct ParamGroupSplit {
   std::vector<std::string> no_weight_decay = {};  // a name containing any of these goes to group 1
+  // Every parameter of at most one dimension goes to group 1: the biases and the normalization
+  // layers' scales and shifts, whatever the model names them (MLPerf's and timm's rule).
+  bool no_weight_decay_on_vectors = false;
 };
 
 // Splits named parameters into {decayed (weight_decay), not decayed (0, skip_adaptation)}.

@@ -106,7 +106,8 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
   auto_default(app.add_option("--weight-decay", o.weight_decay,
                               "Weight decay (auto: 5e-4 small data sets, 1e-4 ImageNet, 0.05 adamw)")
                    ->group(opt));
-  app.add_flag("--no-bn-weight-decay", o.no_bn_weight_decay, "No weight decay on BN parameters and biases")
+  app.add_flag("--no-bn-weight-decay", o.no_bn_weight_decay,
+               "No weight decay on biases and normalization parameters (every 1-d parameter)")
       ->group(opt);
   app.add_option("--lr-schedule", o.lr_schedule,
                  "step, cosine, linear, onecycle or poly (auto: onecycle for Fashion-MNIST and CIFAR, "

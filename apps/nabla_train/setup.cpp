@@ -44,10 +44,10 @@ std::shared_ptr<nn::Module> make_model(const TrainOptions& o, const Recipe& r, i
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const TrainOptions& o, const Recipe& r,
                                                  const nn::Module& model) {
-  // BN layers are named bn1/bn2/bn3, and downsample.1 in a ResNet's shortcut.
-  const optim::ParamGroupSplit split{
-      .no_weight_decay = o.no_bn_weight_decay ? std::vector<std::string>{"bn", "downsample.1", "bias"}
-                                              : std::vector<std::string>{}};
+  // By shape, not by name: the 1-d parameters are the biases and the batch, group and layer
+  // norms' scales and shifts in every model nabla-train builds (a ResNet's bn1..3 and
+  // downsample.1, a MobileNet's features.i.1, a ViT's ln_1 / ln_2).
+  const optim::ParamGroupSplit split{.no_weight_decay_on_vectors = o.no_bn_weight_decay};
   auto groups = optim::param_groups(model.named_parameters(), split, r.weight_decay);
   if (o.optimizer == "adamw") {
     return std::make_unique<optim::AdamW>(

@@ -2,6 +2,7 @@
 // of the same gradients, written from PyTorch's (and the MLPerf LARS) update rules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "test_util.h"
@@ -234,6 +235,43 @@ TEST(OptimParamGroups, SplitByNameSubstring) {
   EXPECT_DOUBLE_EQ(*groups[1].weight_decay, 0.0);
   EXPECT_TRUE(groups[1].skip_adaptation);
   EXPECT_FALSE(groups[0].skip_adaptation);
+}
+
+// The shape rule picks, in a ResNet, exactly what the names bn*, downsample.1 and *bias pick; in a
+// MobileNetV2 (batch norms named features.i.1 and features.i.conv.j) every batch-norm parameter
+// and bias, and no convolution or linear weight.
+TEST(OptimParamGroups, SplitByShapeFindsEveryNormParameterAndBias) {
+  const auto resnet = nn::models::resnet18({.num_classes = 10});
+  const auto named = resnet->named_parameters();
+  auto groups = optim::param_groups(named, {.no_weight_decay_on_vectors = true}, 1e-4);
+  ASSERT_EQ(groups.size(), 2u);
+  size_t by_name = 0;
+  for (const auto& [name, p] : named) {
+    const bool excluded = name.find("bn") != std::string::npos ||
+                          name.find("downsample.1") != std::string::npos ||
+                          name.find("bias") != std::string::npos;
+    by_name += excluded;
+    const auto& group = groups[excluded ? 1 : 0].params;
+    EXPECT_TRUE(std::any_of(group.begin(), group.end(), [&](const Tensor& t) { return t.is_same(p); }))
+        << name;
+  }
+  EXPECT_EQ(groups[1].params.size(), by_name);
+
+  const auto mobilenet = nn::models::mobilenet_v2({.num_classes = 10});
+  int64_t norm_params = 0, biases = 0, matrices = 0;
+  for (const auto& [name, p] : mobilenet->named_parameters()) {
+    if (p.dim() >= 2)
+      ++matrices;
+    else if (name.find("bias") != std::string::npos && name.find("classifier") != std::string::npos)
+      ++biases;
+    else
+      ++norm_params;
+  }
+  auto split = optim::param_groups(mobilenet->named_parameters(), {.no_weight_decay_on_vectors = true}, 1e-4);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(static_cast<int64_t>(split[0].params.size()), matrices);  // 52 convolutions and the linear layer
+  EXPECT_EQ(static_cast<int64_t>(split[1].params.size()), norm_params + biases);
+  EXPECT_EQ(norm_params, 2 * 52);  // one batch norm after every convolution
 }
 
 TEST(OptimBase, ZeroGradSetToNoneOrZeroes) {
