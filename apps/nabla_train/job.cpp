@@ -38,6 +38,8 @@ void Job::setup() {
     if (options.memory_fraction > 0) cuda::set_memory_fraction(options.memory_fraction, device.index);
   }
   if (env.is_distributed()) {
+    logger().info("rank {} of {} (local {} of {}), from the {} environment; store at {}:{}", rank, world_size,
+                  env.local_rank, env.local_world_size, env.source, env.master_addr, env.master_port);
     NABLA_CHECK(device.is_cuda(),
                 "nabla-train under nabla-run ({} ranks): data parallelism runs on GPUs over "
                 "NCCL; --device {} is not a GPU",
