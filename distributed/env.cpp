@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <string>
+#include <utility>
 
 #include "nabla/core/error.h"
 
@@ -26,10 +28,13 @@ int read_int(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(parsed);
 }
 
-const char* first_set(std::initializer_list<const char*> names) {
-  for (const char* name : names)
-    if (has(name)) return name;
-  return nullptr;
+// The first of `names` that is set, and its value; {nullptr, ""} when none is.
+std::pair<const char*, std::string> first_set(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') return {name, value};
+  }
+  return {nullptr, ""};
 }
 
 bool all_digits(const std::string& s) {
@@ -129,16 +134,17 @@ DistributedEnv distributed_env() {
     env.world_size = read_int("SLURM_STEP_NUM_TASKS", read_int("SLURM_NTASKS", 1, 1, kMax), 1, kMax);
     env.local_rank = read_int("SLURM_LOCALID", 0, 0, kMax);
     const int node = read_int("SLURM_NODEID", 0, 0, kMax);
-    if (const char* name = first_set({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
-      const std::vector<int> tasks = parse_slurm_tasks_per_node(std::getenv(name));
+    if (const auto [name, spec] = first_set({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}); name) {
+      const std::vector<int> tasks = parse_slurm_tasks_per_node(spec);
       NABLA_CHECK(static_cast<size_t>(node) < tasks.size(), "SLURM_NODEID={} but {}='{}' lists {} nodes",
-                  node, name, std::getenv(name), tasks.size());
+                  node, name, spec, tasks.size());
       env.local_world_size = tasks[static_cast<size_t>(node)];
     } else {
       env.local_world_size = env.world_size;
     }
-    if (const char* name = first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}))
-      env.master_addr = parse_slurm_hostlist(std::getenv(name)).front();
+    if (const auto [name, list] = first_set({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
+        name)
+      env.master_addr = parse_slurm_hostlist(list).front();
     env.master_port = 20000 + read_int("SLURM_JOB_ID", 0, 0, 1 << 30) % 10000;
   } else if (has("OMPI_COMM_WORLD_RANK")) {
     env.source = "openmpi";
