@@ -1,15 +1,15 @@
 // Public header. Where this process sits in a distributed job, read from the environment.
 //
 // nabla-run and torchrun set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
-// MASTER_PORT, and those win over everything below. Under `srun` (Slurm), SLURM_PROCID,
-// SLURM_LOCALID, SLURM_NODEID, the step's task count (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS) and
-// tasks per node (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, "2(x3),1" form) give the
-// ranks; the master is the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) unless
-// MASTER_ADDR is set, and the port is MASTER_PORT, else 20000 + SLURM_JOB_ID % 10000, so the
-// jobs sharing a node rarely collide. A Slurm batch script's own shell (no SLURM_STEP_* variables)
-// is one process: start the ranks with srun. Under mpirun, Open MPI's OMPI_COMM_WORLD_* and
-// MPICH/Hydra's PMI_* variables give the ranks (MASTER_ADDR/MASTER_PORT must then be exported to
-// every rank).
+// MASTER_PORT, and those win over everything below. Under torchrun (TORCHELASTIC_RUN_ID set) the
+// agent's own store holds MASTER_PORT, so nabla's store takes MASTER_PORT + 1. Under `srun` (Slurm),
+// SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, the step's task count (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS)
+// and tasks per node (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, "2(x3),1" form) give the ranks;
+// the master is the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) unless MASTER_ADDR is set,
+// and the port is MASTER_PORT, else 20000 + SLURM_JOB_ID % 10000, so the jobs sharing a node rarely collide.
+// A Slurm batch script's own shell (no SLURM_STEP_* variables) is one process: start the ranks with srun.
+// Under mpirun, Open MPI's OMPI_COMM_WORLD_* and MPICH/Hydra's PMI_* variables give the ranks
+// (MASTER_ADDR/MASTER_PORT must then be exported to every rank).
 #pragma once
 
 #include <string>
@@ -24,7 +24,9 @@ struct DistributedEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string source = "none";  // "torchrun", "slurm", "openmpi", "mpich" or "none" (one process)
+  // "torchrun" (nabla-run, or the variables by hand), "torchelastic" (torchrun itself), "slurm",
+  // "openmpi", "mpich" or "none" (one process).
+  std::string source = "none";
 
   bool is_distributed() const { return world_size > 1; }
 };

@@ -38,7 +38,8 @@ class EnvTest : public ::testing::Test {
                           "SLURM_JOB_NODELIST",
                           "SLURM_STEP_NODELIST",
                           "SLURM_NODELIST",
-                          "SLURM_JOB_ID"})
+                          "SLURM_JOB_ID",
+                          "TORCHELASTIC_RUN_ID"})
       ::unsetenv(v);
   }
   void set(const char* k, const char* v) { ::setenv(k, v, 1); }
@@ -67,6 +68,18 @@ TEST_F(EnvTest, TorchrunVariables) {
   EXPECT_EQ(env.master_addr, "node0");
   EXPECT_EQ(env.master_port, 1234);
   EXPECT_EQ(env.source, "torchrun");
+}
+
+TEST_F(EnvTest, UnderTorchrunTheStoreTakesThePortAfterTheAgents) {
+  set("RANK", "1");
+  set("WORLD_SIZE", "2");
+  set("MASTER_PORT", "29500");
+  set("TORCHELASTIC_RUN_ID", "none");
+  auto env = distributed_env();
+  EXPECT_EQ(env.source, "torchelastic");
+  EXPECT_EQ(env.master_port, 29501);
+  set("MASTER_PORT", "65535");
+  EXPECT_NABLA_ERROR(distributed_env(), "MASTER_PORT=65535", "the port after it");
 }
 
 TEST_F(EnvTest, OpenMpiAndMpichVariables) {
