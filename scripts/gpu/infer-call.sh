@@ -10,16 +10,11 @@
 # beside PyTorch eager and reduce-overhead (folded), plus float32 NCHW at batch 16 (folded); nccl = the one-rank
 # NCCL tests. Logs under $OUT; a short summary last.
 set -uo pipefail
-out=${OUT:-/tmp/nabla-gpu}
 parts=${PARTS:-first,trace,infer,torch}
 first=${FIRST:-CudaConvRelu.*}
-mkdir -p "$out" build/gpu-x
-tar -xJf build/gpu-extra/bundle.tar.xz -C build/gpu-x
-x=$PWD/build/gpu-x
-export LD_LIBRARY_PATH="$x/gpu-lib:$x/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source scripts/gpu/unpack.sh
 tests="$x/tests/nabla_cuda_tests"
 bench="$x/apps/nabla-bench"
-has() { [[ ",$parts," == *",$1,"* ]]; }
 infer() { timeout "$1" "$bench" infer --arch resnet50 --iters 100 "${@:2}"; }
 if has first; then timeout 200 "$tests" --gtest_filter="$first" > "$out/first.log" 2>&1; echo "first rc=$?" >> "$out/rc"; fi
 if has suite; then timeout 300 "$tests" > "$out/cuda.log" 2>&1; echo "suite rc=$?" >> "$out/rc"; fi

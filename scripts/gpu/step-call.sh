@@ -10,16 +10,11 @@
 # the folded inference) beside PyTorch eager and torch.compile; torch_bf16 = the train step in
 # bfloat16 beside them. Logs under $OUT; a short summary last.
 set -uo pipefail
-out=${OUT:-/tmp/nabla-gpu}
 parts=${PARTS:-first,suite,train,trace}
 first=${FIRST:-CudaConvBatchNorm.*:CudaParityPool.*:CudaParityConv.*}
-mkdir -p "$out" build/gpu-x
-tar -xJf build/gpu-extra/bundle.tar.xz -C build/gpu-x
-x=$PWD/build/gpu-x
-export LD_LIBRARY_PATH="$x/gpu-lib:$x/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source scripts/gpu/unpack.sh
 tests="$x/tests/nabla_cuda_tests"
 bench="$x/apps/nabla-bench"
-has() { [[ ",$parts," == *",$1,"* ]]; }
 rn50() { timeout "$1" "$bench" train --arch resnet50 --batch-size 256 --channels-last --amp "${AMP:-fp16}" "${@:2}"; }
 if has first; then timeout 200 "$tests" --gtest_filter="$first" > "$out/first.log" 2>&1; echo "first rc=$?" >> "$out/rc"; fi
 if has torch; then rn50 400 --steps 30 --cuda-graph --compare-pytorch > "$out/rn50_torch.log" 2>&1; fi

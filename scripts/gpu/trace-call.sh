@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # Trace call: a CUPTI kernel timeline of ResNet-50 fp16 CL b256 training, eager and graphed, fused.
 set -uo pipefail
-out=${OUT:-/tmp/nabla-gpu}
-mkdir -p "$out" build/gpu-x
-tar -xJf build/gpu-extra/bundle.tar.xz -C build/gpu-x
-x=$PWD/build/gpu-x
-export LD_LIBRARY_PATH="$x/gpu-lib:$x/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source scripts/gpu/unpack.sh
 bench="$x/apps/nabla-bench"
 rn50() { timeout "$1" "$bench" train --arch resnet50 --batch-size 256 --channels-last --amp fp16 "${@:2}"; }
 NABLA_CUPTI_TRACE="$out/eager-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" rn50 120 --warmup 8 --steps 6 > "$out/eager.log" 2>&1

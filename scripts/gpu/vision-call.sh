@@ -10,17 +10,12 @@
 # step; models = every model of ARCHS beside PyTorch eager (and torch.compile with COMPILE=1).
 # Logs under $OUT; a short summary last.
 set -uo pipefail
-out=${OUT:-/tmp/nabla-gpu}
 parts=${PARTS:-first,dw,ab,unet}
 first=${FIRST:-CudaParityDepthwiseConv.*:CudaParityConv.*:CudaParityVisionLayers.*}
 archs=${ARCHS:-mobilenet_v2 mobilenet_v3_large efficientnet_b0 vit_b_16}
-mkdir -p "$out" build/gpu-x
-tar -xJf build/gpu-extra/bundle.tar.xz -C build/gpu-x
-x=$PWD/build/gpu-x
-export LD_LIBRARY_PATH="$x/gpu-lib:$x/tools${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+source scripts/gpu/unpack.sh
 tests="$x/tests/nabla_cuda_tests"
 bench="$x/apps/nabla-bench"
-has() { [[ ",$parts," == *",$1,"* ]]; }
 train() { timeout "$1" "$bench" train --arch "$2" --batch-size 256 --channels-last --amp fp16 --warmup 5 --steps 20 --cuda-graph "${@:3}"; }
 if has first; then timeout 240 "$tests" --gtest_filter="$first" > "$out/first.log" 2>&1; echo "first rc=$?" >> "$out/rc"; fi
 if has suite; then timeout 300 "$tests" > "$out/cuda.log" 2>&1; echo "suite rc=$?" >> "$out/rc"; fi
