@@ -38,47 +38,54 @@ Tensor composed(const Tensor& x, int64_t groups, const Tensor& weight, const Ten
 // The kernels' path: x dense in its layout, parameters and statistics in float32 (float64 for
 // float64 x), one node whose backward runs the two backward kernels.
 Tensor on_kernels(const Tensor& x_in, int64_t groups, const Tensor& weight, const Tensor& bias, double eps) {
-  const MemoryFormat format = x_in.dim() == 4 ? x_in.suggest_memory_format() : MemoryFormat::Contiguous;
-  const DType stat = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
-  Tensor x, w, b, y, mean, rstd;
-  {
-    NoGradGuard no_grad;
-    x = x_in.contiguous(format);
-    w = weight.defined() ? weight.to(stat).contiguous() : Tensor();
-    b = bias.defined() ? bias.to(stat).contiguous() : Tensor();
-    y = Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
-    mean = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
-    rstd = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
-    ops::cuda::group_norm_forward(x, groups, w, b, eps, y, mean, rstd);
+  // The body names the CUDA entry points, which a build without CUDA does not define; a
+  // discarded statement does not need them (Note [One backend dispatch]), and an unoptimized
+  // build would otherwise still emit this function and its backward.
+  if constexpr (!ops::kHasCuda) {
+    built_without_cuda("group_norm");
+  } else {
+    const MemoryFormat format = x_in.dim() == 4 ? x_in.suggest_memory_format() : MemoryFormat::Contiguous;
+    const DType stat = x_in.dtype() == kFloat64 ? kFloat64 : kFloat32;
+    Tensor x, w, b, y, mean, rstd;
+    {
+      NoGradGuard no_grad;
+      x = x_in.contiguous(format);
+      w = weight.defined() ? weight.to(stat).contiguous() : Tensor();
+      b = bias.defined() ? bias.to(stat).contiguous() : Tensor();
+      y = Tensor::empty(x.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
+      mean = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
+      rstd = Tensor::empty({x.size(0), groups}, {.dtype = stat, .device = x.device()});
+      ops::cuda::group_norm_forward(x, groups, w, b, eps, y, mean, rstd);
+    }
+    if (autograd::needs_grad({x_in, weight, bias})) {
+      autograd::record("GroupNormBackward", {x_in, weight, bias}, {y}, /*save=*/{x, mean, rstd, w},
+                       [groups, format, stat, weight_dtype = weight.defined() ? weight.dtype() : stat,
+                        bias_dtype = bias.defined() ? bias.dtype() : stat](autograd::BackwardContext& ctx) {
+                         const Tensor& x = ctx.saved[0];
+                         const Tensor& grad = ctx.grad();
+                         Tensor dx, dweight, dbias;
+                         {
+                           NoGradGuard no_grad;
+                           const Tensor dy = grad.contiguous(format);
+                           if (ctx.needs(0))
+                             dx = Tensor::empty(
+                                 x.sizes(),
+                                 {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
+                           const TensorOptions per_channel{.dtype = stat, .device = x.device()};
+                           Tensor dweight_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+                           Tensor dbias_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
+                           ops::cuda::group_norm_backward(dy, x, groups, ctx.saved[3], ctx.saved[1],
+                                                          ctx.saved[2], dx, dweight_part, dbias_part);
+                           if (ctx.needs(1)) dweight = sum(dweight_part, {0}).to(weight_dtype);
+                           if (ctx.needs(2)) dbias = sum(dbias_part, {0}).to(bias_dtype);
+                         }
+                         autograd::refuse_double_backward("group_norm_backward", {grad, x},
+                                                          {dx, dweight, dbias}, "group_norm on CUDA");
+                         return TensorList{dx, dweight, dbias};
+                       });
+    }
+    return y;
   }
-  if (autograd::needs_grad({x_in, weight, bias})) {
-    autograd::record("GroupNormBackward", {x_in, weight, bias}, {y}, /*save=*/{x, mean, rstd, w},
-                     [groups, format, stat, weight_dtype = weight.defined() ? weight.dtype() : stat,
-                      bias_dtype = bias.defined() ? bias.dtype() : stat](autograd::BackwardContext& ctx) {
-                       const Tensor& x = ctx.saved[0];
-                       const Tensor& grad = ctx.grad();
-                       Tensor dx, dweight, dbias;
-                       {
-                         NoGradGuard no_grad;
-                         const Tensor dy = grad.contiguous(format);
-                         if (ctx.needs(0))
-                           dx = Tensor::empty(
-                               x.sizes(),
-                               {.dtype = x.dtype(), .device = x.device(), .memory_format = format});
-                         const TensorOptions per_channel{.dtype = stat, .device = x.device()};
-                         Tensor dweight_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
-                         Tensor dbias_part = Tensor::empty({x.size(0), x.size(1)}, per_channel);
-                         ops::cuda::group_norm_backward(dy, x, groups, ctx.saved[3], ctx.saved[1],
-                                                        ctx.saved[2], dx, dweight_part, dbias_part);
-                         if (ctx.needs(1)) dweight = sum(dweight_part, {0}).to(weight_dtype);
-                         if (ctx.needs(2)) dbias = sum(dbias_part, {0}).to(bias_dtype);
-                       }
-                       autograd::refuse_double_backward("group_norm_backward", {grad, x},
-                                                        {dx, dweight, dbias}, "group_norm on CUDA");
-                       return TensorList{dx, dweight, dbias};
-                     });
-  }
-  return y;
 }
 
 }  // namespace
