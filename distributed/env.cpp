@@ -162,11 +162,12 @@ DistributedEnv distributed_env() {
   if (has("MASTER_ADDR")) env.master_addr = std::getenv("MASTER_ADDR");
   env.master_port = read_int("MASTER_PORT", env.master_port, 1, 65535);
   // Under torchrun the elastic agent's own store listens on MASTER_PORT (it says so with
-  // TORCHELASTIC_USE_AGENT_STORE): nabla's takes the next port.
+  // TORCHELASTIC_USE_AGENT_STORE), and under nabla-run the launchers' store does (NABLA_RUN):
+  // nabla's takes the next port.
   if (env.source == "torchrun" && has("TORCHELASTIC_RUN_ID")) {
-    env.source = "torchelastic";
-    NABLA_CHECK(env.master_port < 65535,
-                "MASTER_PORT={} under torchrun: nabla's store needs the port after it", env.master_port);
+    env.source = has("NABLA_RUN") ? "nabla-run" : "torchelastic";
+    NABLA_CHECK(env.master_port < 65535, "MASTER_PORT={} under {}: nabla's store needs the port after it",
+                env.master_port, env.source);
     ++env.master_port;
   }
   NABLA_CHECK(env.rank < env.world_size, "rank {} (from {}) must be below the world size {}", env.rank,

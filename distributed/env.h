@@ -2,7 +2,8 @@
 //
 // nabla-run and torchrun set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT, and those win over everything below. Under torchrun (TORCHELASTIC_RUN_ID set) the
-// agent's own store holds MASTER_PORT, so nabla's store takes MASTER_PORT + 1. Under `srun` (Slurm),
+// agent's own store holds MASTER_PORT, and under nabla-run (NABLA_RUN too) the launchers' store
+// does, so nabla's store takes MASTER_PORT + 1. Under `srun` (Slurm),
 // SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, the step's task count (SLURM_STEP_NUM_TASKS, else SLURM_NTASKS)
 // and tasks per node (SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE, "2(x3),1" form) give the ranks;
 // the master is the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST) unless MASTER_ADDR is set,
@@ -24,7 +25,7 @@ struct DistributedEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // "torchrun" (nabla-run, or the variables by hand), "torchelastic" (torchrun itself), "slurm",
+  // "torchrun" (the variables by hand), "nabla-run", "torchelastic" (torchrun itself), "slurm",
   // "openmpi", "mpich" or "none" (one process).
   std::string source = "none";
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,10 +11,12 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "nabla/core/error.h"
+#include "rendezvous.h"
 
 namespace nabla::apps {
 namespace {
@@ -83,32 +86,70 @@ void pump(Rank& rank, int& fd, std::string& partial, FILE* sink, bool keep, bool
   std::fflush(sink);
 }
 
-pid_t start_rank(const LaunchOptions& o, Rank& rank, int world) {
+// The environment of one rank: this process's, with the variables torchrun sets.
+std::vector<std::string> rank_environment(const LaunchOptions& o, const Rank& rank, int world, int round) {
+  const std::vector<std::pair<std::string, std::string>> ours = {
+      {"RANK", std::to_string(rank.global)},
+      {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_RANK", std::to_string(rank.local)},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(o.master_port)},
+      // As torchrun: the launchers' store holds MASTER_PORT, so the ranks' store takes the next
+      // port (distributed/env.h), and the restart count is the rendezvous round.
+      {"TORCHELASTIC_RUN_ID", "nabla-run"},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+      {"NABLA_RUN", "1"},
+  };
+  std::vector<std::string> env;
+  bool nvls_set = false;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string var = *e;
+    const std::string name = var.substr(0, var.find('='));
+    if (name == "NCCL_NVLS_ENABLE") nvls_set = true;
+    bool replaced = false;
+    for (const auto& [key, value] : ours) replaced = replaced || key == name;
+    if (!replaced) env.push_back(var);
+  }
+  for (const auto& [key, value] : ours) env.push_back(fmt::format("{}={}", key, value));
+  // NVLink SHARP multicast is off unless the user asked for it (see docs/distributed.md).
+  if (!nvls_set) env.push_back("NCCL_NVLS_ENABLE=0");
+  return env;
+}
+
+pid_t start_rank(const LaunchOptions& o, Rank& rank, int world, int round) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
     throw Error(std::string("nabla-run: pipe failed: ") + std::strerror(errno));
   }
+  // Everything the child needs is built here: node 0 runs the store's thread, so between fork
+  // and exec the child may only make async-signal-safe calls (no malloc, no stdio).
+  std::vector<std::string> env = rank_environment(o, rank, world, round);
+  std::vector<char*> envp, argv;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const std::string cannot = "nabla-run: cannot execute '" + o.command.front() + "': ";
+  const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("nabla-run: fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);  // its own group, so a terminal's Ctrl-C reaches the ranks only through us
+    // A rank dies with its launcher (killed, or its node's job step cancelled): it must not
+    // stay behind in a job whose other nodes start a new round without it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != launcher) ::_exit(128 + SIGKILL);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
-    auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
-    set("RANK", std::to_string(rank.global));
-    set("WORLD_SIZE", std::to_string(world));
-    set("LOCAL_RANK", std::to_string(rank.local));
-    set("LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node));
-    set("GROUP_RANK", std::to_string(o.node_rank));
-    set("MASTER_ADDR", o.master_addr);
-    set("MASTER_PORT", std::to_string(o.master_port));
-    // NVLink SHARP multicast is off unless the user asked for it (see docs/distributed.md).
-    ::setenv("NCCL_NVLS_ENABLE", "0", 0);
-    std::vector<char*> argv;
-    for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "nabla-run: cannot execute '%s': %s\n", argv[0], std::strerror(errno));
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const int error = errno;
+    const char* reason = std::strerror(error);  // glibc: a static string for a known errno
+    (void)!::write(STDERR_FILENO, cannot.data(), cannot.size());
+    (void)!::write(STDERR_FILENO, reason, std::strlen(reason));
+    (void)!::write(STDERR_FILENO, "\n", 1);
     ::_exit(127);
   }
   ::close(out[1]);
@@ -146,6 +187,11 @@ void check_options(const LaunchOptions& o) {
               o.nnodes);
   NABLA_CHECK(o.master_port >= 1 && o.master_port <= 65535, "--master-port {} must be in [1, 65535]",
               o.master_port);
+  NABLA_CHECK(o.master_port < 65535, "--master-port {} must leave the next port for the ranks' store",
+              o.master_port);
+  NABLA_CHECK(o.max_restarts >= 0, "--max-restarts must be 0 or more, got {}", o.max_restarts);
+  NABLA_CHECK(o.monitor_interval > 0, "--monitor-interval must be positive, got {}", o.monitor_interval);
+  NABLA_CHECK(o.rdzv_timeout > 0, "--rdzv-timeout must be positive, got {}", o.rdzv_timeout);
   NABLA_CHECK(!o.command.empty(), "nabla-run: no command given; usage: nabla-run [options] -- CMD [ARGS...]");
 }
 
@@ -157,25 +203,35 @@ void catch_stop_signals() {
   ::sigaction(SIGTERM, &sa, nullptr);
 }
 
-// Watches this node's ranks until all have exited: forwards their output, forwards signals, and
-// stops the others when one fails. Each pass of run()'s loop is one call of each phase.
+// How one round ended on this node.
+struct RoundResult {
+  int code = 0;         // what nabla-run exits with if this round is the last
+  std::string failure;  // empty when every rank of the round succeeded
+  bool final = false;   // no restart: stopped by a signal, or the launchers' store is lost
+};
+
+// Watches this node's ranks until all have exited: forwards their output, forwards signals,
+// stops the others when one fails, and keeps in touch with the other nodes (Rendezvous::poll).
+// Each pass of run()'s loop is one call of each phase.
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& o, std::vector<Rank>& ranks) : o_(o), ranks_(ranks) {}
+  Supervisor(const LaunchOptions& o, std::vector<Rank>& ranks, Rendezvous& rdzv)
+      : o_(o), ranks_(ranks), rdzv_(rdzv) {}
 
-  int run() {
+  RoundResult run() {
     for (;;) {
       forward_signals();
       pump_output();
       if (reap()) break;
       enforce_deadline();
+      monitor();
     }
     // Flush whatever the ranks wrote last.
     for (auto& r : ranks_) {
       drain(r, r.out, r.out_partial, stdout, false, o_.prefix_output);
       drain(r, r.err, r.err_partial, stderr, true, o_.prefix_output);
     }
-    return result_;
+    return {result_, failure_, final_};
   }
 
  private:
@@ -199,7 +255,55 @@ class Supervisor {
     if (!stopping_) {
       begin_stopping();
       if (result_ == 0) result_ = 128 + sig;
+      fail(fmt::format("nabla-run on node {} got {}", o_.node_rank, strsignal(sig)), /*final=*/true);
     }
+  }
+
+  // Records this round's failure and tells the other nodes, once.
+  void fail(const std::string& what, bool final) {
+    if (!failure_.empty()) return;
+    failure_ = what;
+    final_ = final;
+    if (store_lost_) return;
+    try {
+      rdzv_.report_failure(what, final);
+    } catch (const Error& e) {
+      lose_store(e);
+    }
+  }
+
+  void lose_store(const Error& e) {
+    store_lost_ = true;
+    final_ = true;
+    std::fprintf(
+        stderr,
+        "nabla-run: node 0 is gone: lost the launchers' store at %s, which its nabla-run hosts (%s)\n",
+        rdzv_.describe_store().c_str(), e.what());
+    if (failure_.empty()) failure_ = "node 0's nabla-run stopped answering (its store is gone)";
+  }
+
+  // Heartbeats, and what the other nodes report: another node's failure stops this node's ranks.
+  void monitor() {
+    if (store_lost_) return;
+    std::optional<Rendezvous::Failure> remote;
+    try {
+      remote = rdzv_.poll();
+    } catch (const Error& e) {
+      lose_store(e);
+      if (!stopping_) stop_everyone(1);
+      return;
+    }
+    if (!remote || stopping_) return;
+    failure_ = remote->what;
+    final_ = remote->final;
+    std::fprintf(stderr, "nabla-run: node %d stops its ranks: %s\n", o_.node_rank, remote->what.c_str());
+    stop_everyone(1);
+  }
+
+  void stop_everyone(int code) {
+    if (result_ == 0) result_ = code;
+    signal_all(ranks_, SIGTERM);
+    begin_stopping();
   }
 
   // Forwards what the ranks wrote, waiting up to 50 ms for something to arrive.
@@ -252,6 +356,9 @@ class Supervisor {
                  lines.empty() ? "" : "  its last error output:\n", lines.c_str());
     signal_all(ranks_, SIGTERM);
     begin_stopping();
+    fail(fmt::format("rank {} (node {}, local rank {}) {}", r.global, o_.node_rank, r.local,
+                     describe_status(status)),
+         /*final=*/false);
   }
 
   void enforce_deadline() {
@@ -264,7 +371,11 @@ class Supervisor {
 
   const LaunchOptions& o_;
   std::vector<Rank>& ranks_;
+  Rendezvous& rdzv_;
   int result_ = 0;
+  std::string failure_;
+  bool final_ = false;
+  bool store_lost_ = false;
   int failed_rank_ = -1;
   bool stopping_ = false;
   int forwarded_ = 0;
@@ -277,13 +388,48 @@ int launch(const LaunchOptions& o) {
   check_options(o);
   const int world = o.nproc_per_node * o.nnodes;
   catch_stop_signals();
-  std::vector<Rank> ranks(o.nproc_per_node);
-  for (int i = 0; i < o.nproc_per_node; ++i) {
-    ranks[i].local = i;
-    ranks[i].global = o.node_rank * o.nproc_per_node + i;
-    start_rank(o, ranks[i], world);
+  Rendezvous rdzv(o);
+  for (int round = 0;; ++round) {
+    rdzv.join(round, [] { return signals_seen > 0; });
+    std::vector<Rank> ranks(o.nproc_per_node);
+    for (int i = 0; i < o.nproc_per_node; ++i) {
+      ranks[i].local = i;
+      ranks[i].global = o.node_rank * o.nproc_per_node + i;
+      start_rank(o, ranks[i], world, round);
+    }
+    const RoundResult result = Supervisor(o, ranks, rdzv).run();
+    // This node's ranks all succeeded: the round did if every node's did.
+    std::optional<Rendezvous::Failure> failure;
+    if (!result.failure.empty()) {
+      failure = Rendezvous::Failure{result.failure, result.final};
+    } else {
+      try {
+        failure = rdzv.settle([] { return signals_seen > 0; });
+      } catch (const Error& e) {
+        failure = Rendezvous::Failure{e.what(), /*final=*/true};
+      }
+    }
+    if (!failure) {
+      rdzv.leave();
+      return 0;
+    }
+    if (!failure->final && round < o.max_restarts) {
+      std::fprintf(stderr, "nabla-run: restart %d of %d (rendezvous round %d) after: %s\n", round + 1,
+                   o.max_restarts, round + 1, failure->what.c_str());
+      continue;
+    }
+    std::fprintf(stderr, "nabla-run: the job failed%s: %s\n",
+                 failure->final || o.max_restarts == 0
+                     ? ""
+                     : fmt::format(" (no restarts left of --max-restarts {})", o.max_restarts).c_str(),
+                 failure->what.c_str());
+    try {
+      rdzv.leave();
+    } catch (const Error&) {
+      // The store is gone (node 0 ended or died): nothing is left to tell.
+    }
+    return result.code != 0 ? result.code : 1;
   }
-  return Supervisor(o, ranks).run();
 }
 
 }  // namespace nabla::apps

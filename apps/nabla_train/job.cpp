@@ -17,6 +17,9 @@
 #include "nabla/ops/factory.h"
 #include "nabla/ops/linalg.h"
 #include "nabla_train/setup.h"
+#if defined(NABLA_TRAIN_GLOO)
+#include "nabla/distributed/gloo/process_group_gloo.h"
+#endif
 
 namespace nabla::train {
 
@@ -28,7 +31,7 @@ void Job::setup() {
   auto env = distributed::distributed_env();
   rank = env.rank;
   world_size = env.world_size;
-  if (env.is_distributed() && options.device == "auto")
+  if (env.is_distributed() && options.device == "auto" && cuda::is_available())
     options.device = "cuda:" + std::to_string(env.local_rank);
   recipe = resolve_recipe(options);
   device = recipe.device;
@@ -40,13 +43,9 @@ void Job::setup() {
   if (env.is_distributed()) {
     logger().info("rank {} of {} (local {} of {}), from the {} environment; store at {}:{}", rank, world_size,
                   env.local_rank, env.local_world_size, env.source, env.master_addr, env.master_port);
-    NABLA_CHECK(device.is_cuda(),
-                "nabla-train under nabla-run ({} ranks): data parallelism runs on GPUs over "
-                "NCCL; --device {} is not a GPU",
-                world_size, options.device);
     store = std::make_unique<distributed::TcpStore>(env.master_addr, static_cast<uint16_t>(env.master_port),
                                                     distributed::TcpStoreOptions{.is_server = rank == 0});
-    group = distributed::make_nccl_process_group(*store, rank, world_size);
+    group = make_process_group(*store);
   }
   if (!is_main()) logger().set_level(spdlog::level::warn);  // only rank 0 reports progress
   // Every rank draws the same initial weights; DDP also broadcasts rank 0's to be sure.
@@ -74,6 +73,20 @@ void Job::setup() {
   build_train_loader();
   build_optimization();
   open_outputs();
+}
+
+// GPUs talk over NCCL, the CPU over Gloo (docs/distributed.md, "The CPU backend").
+std::unique_ptr<distributed::ProcessGroup> Job::make_process_group(distributed::Store& on) const {
+  if (device.is_cuda()) return distributed::make_nccl_process_group(on, rank, world_size);
+#if defined(NABLA_TRAIN_GLOO)
+  return std::make_unique<distributed::ProcessGroupGloo>(on, rank, world_size);
+#else
+  throw Error(fmt::format(
+      "nabla-train with {} ranks on --device {}: data parallelism on the CPU runs over Gloo, and this "
+      "nabla-train was built without it (cmake -DNABLA_APPS_GLOO=OFF, as the cuda preset builds it for "
+      "GPU machines, or no libgloo-dev); train on GPUs, or build with the cpu or ci preset",
+      world_size, options.device));
+#endif
 }
 
 // What the training and validation loaders share: threads, prefetch depth, pinning, the bad-sample

@@ -27,6 +27,7 @@
 namespace nabla::distributed {
 class DistributedDataParallel;
 class ProcessGroup;
+class Store;
 class TcpStore;
 }  // namespace nabla::distributed
 
@@ -38,6 +39,7 @@ struct Job {
 
   // --- set-up (job.cpp) ---
   void setup();
+  std::unique_ptr<distributed::ProcessGroup> make_process_group(distributed::Store& on) const;
   void build_data();
   void build_train_loader();
   data::DataLoaderOptions loader_options(int64_t batch_size, std::shared_ptr<data::Sampler> sampler) const;

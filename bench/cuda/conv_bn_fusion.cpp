@@ -77,9 +77,10 @@ int main(int argc, char** argv) {
   const auto cl = [](Tensor t) { return t.contiguous(nabla::MemoryFormat::ChannelsLast); };
 
   std::printf(
-      "ResNet-50 convolutions, batch %lld, %s channels_last, median of %d runs (us); "
+      "ResNet-50 convolutions, batch %lld, %.*s channels_last, median of %d runs (us); "
       "'-' = no engine\n",
-      static_cast<long long>(kBatch), nabla::dtype_name(dtype), runs);
+      static_cast<long long>(kBatch), static_cast<int>(nabla::dtype_name(dtype).size()),
+      nabla::dtype_name(dtype).data(), runs);
   std::printf("%-22s %3s", "shape (in>out k s side)", "n");
   for (const char* n : kNames) std::printf(" %8s", n);
   std::printf("  max rel err (st, p+st, dg+m[/sums], p+wg, h:p+st)\n");

@@ -39,7 +39,8 @@ class EnvTest : public ::testing::Test {
                           "SLURM_STEP_NODELIST",
                           "SLURM_NODELIST",
                           "SLURM_JOB_ID",
-                          "TORCHELASTIC_RUN_ID"})
+                          "TORCHELASTIC_RUN_ID",
+                          "NABLA_RUN"})
       ::unsetenv(v);
   }
   void set(const char* k, const char* v) { ::setenv(k, v, 1); }
@@ -80,6 +81,12 @@ TEST_F(EnvTest, UnderTorchrunTheStoreTakesThePortAfterTheAgents) {
   EXPECT_EQ(env.master_port, 29501);
   set("MASTER_PORT", "65535");
   EXPECT_NABLA_ERROR(distributed_env(), "MASTER_PORT=65535", "the port after it");
+  // nabla-run's launchers hold MASTER_PORT the same way, and say so.
+  set("MASTER_PORT", "29500");
+  set("NABLA_RUN", "1");
+  env = distributed_env();
+  EXPECT_EQ(env.source, "nabla-run");
+  EXPECT_EQ(env.master_port, 29501);
 }
 
 TEST_F(EnvTest, OpenMpiAndMpichVariables) {

@@ -1,5 +1,5 @@
-// nabla-run, the real binary: the environment each rank gets, the failure report and the stop of
-// the other ranks, and signal forwarding.
+// nabla-run, the real binary, on one node: the environment each rank gets, the failure report and
+// the stop of the other ranks, and signal forwarding (several nodes and restarts: elastic_test.cpp).
 #if defined(NABLA_RUN_PATH)
 
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "free_ports.h"
 #include "test_paths.h"
 
 namespace {
@@ -35,17 +36,25 @@ Result run(const std::string& command) {
   return r;
 }
 
+// nabla-run on a free port pair of its own (free_ports.h).
+std::string launcher() {
+  return nabla::testing::build_file(NABLA_RUN_PATH).string() + " --master-port " +
+         std::to_string(nabla::testing::free_port_pair());
+}
+
 const std::string kRun = nabla::testing::build_file(NABLA_RUN_PATH).string();
 
 TEST(Launcher, EveryRankGetsTheTorchrunEnvironment) {
-  auto r = run(kRun +
-               " --nproc-per-node 3 --nnodes 2 --node-rank 1 --master-addr 10.0.0.7 --master-port 4321 -- "
-               "sh -c 'echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT'");
+  const int port = nabla::testing::free_port_pair();
+  auto r =
+      run(kRun + " --nproc-per-node 3 --master-addr 127.0.0.1 --master-port " + std::to_string(port) +
+          " -- sh -c 'echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
+          "$TORCHELASTIC_RESTART_COUNT $NABLA_RUN'");
   EXPECT_EQ(r.code, 0) << r.output;
-  // Node 1 of 2 with 3 processes each: global ranks 3, 4, 5.
+  // (Several nodes: tests/distributed/elastic_test.cpp.)
   for (int local = 0; local < 3; ++local) {
-    std::string line = "[rank " + std::to_string(3 + local) + "] env " + std::to_string(3 + local) + " 6 " +
-                       std::to_string(local) + " 3 10.0.0.7 4321";
+    std::string line = "[rank " + std::to_string(local) + "] env " + std::to_string(local) + " 3 " +
+                       std::to_string(local) + " 3 127.0.0.1 " + std::to_string(port) + " 0 1";
     EXPECT_NE(r.output.find(line), std::string::npos) << "missing '" << line << "' in:\n" << r.output;
   }
 }
@@ -53,7 +62,7 @@ TEST(Launcher, EveryRankGetsTheTorchrunEnvironment) {
 TEST(Launcher, AFailingRankStopsTheOthersAndIsReported) {
   auto start = std::chrono::steady_clock::now();
   auto r =
-      run(kRun +
+      run(launcher() +
           " --nproc-per-node 3 --grace 2 -- sh -c "
           "'if [ $RANK = 1 ]; then echo \"CUDA error: out of memory at step 7\" >&2; exit 5; fi; sleep 60'");
   auto took = std::chrono::steady_clock::now() - start;
@@ -66,7 +75,7 @@ TEST(Launcher, AFailingRankStopsTheOthersAndIsReported) {
 
 TEST(Launcher, ARankThatIgnoresSigtermIsKilledAfterTheGrace) {
   auto start = std::chrono::steady_clock::now();
-  auto r = run(kRun +
+  auto r = run(launcher() +
                " --nproc-per-node 2 --grace 1 -- sh -c "
                "'trap \"\" TERM; if [ $RANK = 0 ]; then exit 3; fi; sleep 60'");
   EXPECT_EQ(r.code, 3) << r.output;
@@ -82,8 +91,9 @@ TEST(Launcher, SigtermIsForwardedToEveryRank) {
                          "/term.$RANK; exit 0' TERM; "
                          "touch " +
                          dir.string() + "/up.$RANK; while true; do sleep 0.05; done";
-    ::execl(kRun.c_str(), kRun.c_str(), "--nproc-per-node", "2", "--", "sh", "-c", script.c_str(),
-            static_cast<char*>(nullptr));
+    const std::string port = std::to_string(nabla::testing::free_port_pair());
+    ::execl(kRun.c_str(), kRun.c_str(), "--master-port", port.c_str(), "--nproc-per-node", "2", "--", "sh",
+            "-c", script.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
   // Wait until both ranks run, then stop the launcher as a scheduler would.
@@ -104,7 +114,13 @@ TEST(Launcher, BadArgumentsAreClearErrors) {
   auto r = run(kRun + " --nproc-per-node 0 -- true");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("nproc-per-node"), std::string::npos) << r.output;
-  r = run(kRun + " --nproc-per-node 1 -- /nonexistent/program");
+  r = run(kRun + " --max-restarts -1 -- true");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("max-restarts"), std::string::npos) << r.output;
+  r = run(kRun + " --monitor-interval 0 -- true");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("monitor-interval"), std::string::npos) << r.output;
+  r = run(launcher() + " --nproc-per-node 1 -- /nonexistent/program");
   EXPECT_EQ(r.code, 127) << r.output;
   EXPECT_NE(r.output.find("cannot execute '/nonexistent/program'"), std::string::npos) << r.output;
 }

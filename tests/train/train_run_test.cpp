@@ -43,21 +43,6 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return records;
 }
 
-// Every tensor of `a` and `b` under `prefix` is bit-identical, and there is at least one.
-void expect_same_tensors(const SafetensorsFile& a, const SafetensorsFile& b, const std::string& prefix) {
-  int compared = 0;
-  for (const auto& [key, ta] : a.tensors) {
-    if (key.rfind(prefix, 0) != 0) continue;
-    ASSERT_TRUE(b.tensors.count(key)) << key;
-    const Tensor& tb = b.tensors.at(key);
-    ASSERT_EQ(ta.sizes(), tb.sizes()) << key;
-    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << key;
-    EXPECT_EQ(std::memcmp(ta.contiguous().data_ptr(), tb.contiguous().data_ptr(), ta.nbytes()), 0) << key;
-    ++compared;
-  }
-  EXPECT_GT(compared, 0) << prefix;
-}
-
 TEST_F(TrainRun, ResumedRunEndsWithTheSameWeightsAsAnUncutRun) {
   // Uncut: 14 steps (epochs 1-2 and 2 steps into epoch 3).
   auto uncut = run_train("--epochs 3 --max-steps 14 --checkpoint-dir " + dir_.file("uncut") + common());

@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 
 #include "../apps/apps_test_util.h"
+#include "nabla/core/io/safetensors.h"
 #include "nabla/data/idx.h"
 #include "test_paths.h"
 
@@ -56,6 +58,22 @@ inline void write_small_fashion_mnist(const std::filesystem::path& dir, int64_t 
     write_idx((dir / (prefix + "-images-idx3-ubyte")).string(), {n, 28, 28}, images.data.data());
     write_idx((dir / (prefix + "-labels-idx1-ubyte")).string(), {n}, labels.data.data());
   }
+}
+
+// Every tensor of `a` and `b` under `prefix` is bit-identical, and there is at least one.
+inline void expect_same_tensors(const SafetensorsFile& a, const SafetensorsFile& b,
+                                const std::string& prefix) {
+  int compared = 0;
+  for (const auto& [key, ta] : a.tensors) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    ASSERT_TRUE(b.tensors.count(key)) << key;
+    const Tensor& tb = b.tensors.at(key);
+    ASSERT_EQ(ta.sizes(), tb.sizes()) << key;
+    ASSERT_EQ(ta.nbytes(), tb.nbytes()) << key;
+    EXPECT_EQ(std::memcmp(ta.contiguous().data_ptr(), tb.contiguous().data_ptr(), ta.nbytes()), 0) << key;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0) << prefix;
 }
 
 }  // namespace nabla::testing
