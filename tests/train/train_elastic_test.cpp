@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -23,13 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The child of `parent` whose environment holds RANK=<rank>, or 0.
 pid_t find_rank(pid_t parent, int rank) {
   const std::string wanted = fmt::format("RANK={}", rank);
@@ -37,7 +29,7 @@ pid_t find_rank(pid_t parent, int rank) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     // /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, so read after its ')'.
-    const std::string stat = read_text(entry.path() / "stat");
+    const std::string stat = read_file((entry.path() / "stat").string());
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream fields(stat.substr(close + 2));
@@ -45,8 +37,8 @@ pid_t find_rank(pid_t parent, int rank) {
     pid_t ppid = 0;
     fields >> state >> ppid;
     if (ppid != parent) continue;
-    const std::string environ = read_text(entry.path() / "environ");
-    std::istringstream vars(environ);
+    const std::string variables = read_file((entry.path() / "environ").string());
+    std::istringstream vars(variables);
     for (std::string var; std::getline(vars, var, '\0');) {
       if (var == wanted) return static_cast<pid_t>(std::stoi(name));
     }
@@ -85,9 +77,9 @@ class TrainElastic : public ::testing::Test {
 
 void TrainElastic::kill_a_rank_halfway(const std::string& launcher) {
   auto uncut = run_command(command(launcher, "uncut", 0));
-  ASSERT_EQ(exit_code(uncut), 0) << read_text(dir_.file("uncut.log"));
-  EXPECT_NE(read_text(dir_.file("uncut.log")).find("device cpu x 2 ranks"), std::string::npos)
-      << read_text(dir_.file("uncut.log"));
+  ASSERT_EQ(exit_code(uncut), 0) << read_file(dir_.file("uncut.log"));
+  EXPECT_NE(read_file(dir_.file("uncut.log")).find("device cpu x 2 ranks"), std::string::npos)
+      << read_file(dir_.file("uncut.log"));
 
   const std::string line = command(launcher, "cut", 1);
   const pid_t started = ::fork();
@@ -101,11 +93,11 @@ void TrainElastic::kill_a_rank_halfway(const std::string& launcher) {
        Clock::now() < until && !fs::exists(halfway);)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const pid_t rank1 = find_rank(started, 1);
-  ASSERT_GT(rank1, 0) << "rank 1 not found: " << read_text(dir_.file("cut.log"));
+  ASSERT_GT(rank1, 0) << "rank 1 not found: " << read_file(dir_.file("cut.log"));
   ::kill(rank1, SIGKILL);
   int status = 0;
   ::waitpid(started, &status, 0);
-  const std::string log = read_text(dir_.file("cut.log"));
+  const std::string log = read_file(dir_.file("cut.log"));
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
   if (launcher == "nabla-run") {
     EXPECT_NE(log.find("rank 1 (local rank 1, pid"), std::string::npos) << log;
