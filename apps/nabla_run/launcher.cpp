@@ -185,9 +185,8 @@ void check_options(const LaunchOptions& o) {
   NABLA_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got {}", o.nnodes);
   NABLA_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank {} must be in [0, {})", o.node_rank,
               o.nnodes);
-  NABLA_CHECK(o.master_port >= 1 && o.master_port <= 65535, "--master-port {} must be in [1, 65535]",
-              o.master_port);
-  NABLA_CHECK(o.master_port < 65535, "--master-port {} must leave the next port for the ranks' store",
+  NABLA_CHECK(o.master_port >= 1 && o.master_port < 65535,
+              "--master-port {} must be in [1, 65534] (the ranks' store takes the port after it)",
               o.master_port);
   NABLA_CHECK(o.max_restarts >= 0, "--max-restarts must be 0 or more, got {}", o.max_restarts);
   NABLA_CHECK(o.monitor_interval > 0, "--monitor-interval must be positive, got {}", o.monitor_interval);
@@ -272,14 +271,17 @@ class Supervisor {
     }
   }
 
+  // No restart without the store: the job ends.
   void lose_store(const Error& e) {
     store_lost_ = true;
     final_ = true;
-    std::fprintf(
-        stderr,
-        "nabla-run: node 0 is gone: lost the launchers' store at %s, which its nabla-run hosts (%s)\n",
-        rdzv_.describe_store().c_str(), e.what());
-    if (failure_.empty()) failure_ = "node 0's nabla-run stopped answering (its store is gone)";
+    const std::string what =
+        o_.node_rank == 0
+            ? fmt::format("the launchers' store that node 0 hosts at {} failed", rdzv_.describe_store())
+            : fmt::format("node 0 is gone: lost the launchers' store at {}, which its nabla-run hosts",
+                          rdzv_.describe_store());
+    std::fprintf(stderr, "nabla-run: %s (%s)\n", what.c_str(), e.what());
+    if (failure_.empty()) failure_ = what;
   }
 
   // Heartbeats, and what the other nodes report: another node's failure stops this node's ranks.
