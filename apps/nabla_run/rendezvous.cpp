@@ -48,9 +48,12 @@ Rendezvous::Rendezvous(const LaunchOptions& o)
         distributed::TcpStoreOptions{
             .is_server = o.node_rank == 0, .timeout = timeout, .connect_timeout = timeout});
   } catch (const Error& e) {
-    throw Error(fmt::format(
-        "{} cannot reach the launchers' store at {} (node 0's nabla-run hosts it on --master-port): {}",
-        o.node_rank == 0 ? "node 0" : fmt::format("node {}", o.node_rank), where_, e.what()));
+    throw Error(o.node_rank == 0
+                    ? fmt::format("node 0 cannot start the launchers' store on --master-port {}: {}",
+                                  o.master_port, e.what())
+                    : fmt::format("node {} cannot reach the launchers' store at {} (node 0's nabla-run hosts "
+                                  "it on --master-port): {}",
+                                  o.node_rank, where_, e.what()));
   }
 }
 

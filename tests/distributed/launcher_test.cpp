@@ -125,6 +125,22 @@ TEST(Launcher, BadArgumentsAreClearErrors) {
   EXPECT_NE(r.output.find("cannot execute '/nonexistent/program'"), std::string::npos) << r.output;
 }
 
+TEST(Launcher, APortInUseIsAClearError) {
+  // Another process listens on the port nabla-run's store wants.
+  const int port = nabla::testing::free_port_pair();
+  int fd = -1;
+  ASSERT_EQ(nabla::testing::detail::bind_port(port, fd), port);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  auto r = run(kRun + " --master-port " + std::to_string(port) + " -- true");
+  ::close(fd);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(
+      r.output.find("node 0 cannot start the launchers' store on --master-port " + std::to_string(port)),
+      std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("already in use"), std::string::npos) << r.output;
+}
+
 }  // namespace
 
 #endif  // NABLA_RUN_PATH
