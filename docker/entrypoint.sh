@@ -6,7 +6,7 @@
 #   anything else is run as a command (`docker run IMAGE nabla-train --help`).
 # Keys for SSH: $NABLA_SSH_AUTHORIZED_KEYS (the keys' text), or a file mounted at
 # /etc/nabla/authorized_keys or /root/.ssh/authorized_keys. $JUPYTER_TOKEN sets the token;
-# otherwise a random one is made at each start.
+# otherwise a random one is made at each start. tini (the image's init) reaps what exits.
 set -euo pipefail
 
 say() { echo "nabla: $*"; }
@@ -47,12 +47,18 @@ prepare_ssh() {
   say "SSH on port 22: ssh root@HOST -p PORT (keys only)"
 }
 
+# The token goes to Jupyter through its environment, not its command line, which any user of
+# the host could read with ps. A token the user chose is not printed.
 run_jupyter() {
-  local token=${JUPYTER_TOKEN:-$(openssl rand -hex 24)}
-  say "Jupyter Notebook on port 8888: http://127.0.0.1:8888/?token=$token"
+  if [[ -n ${JUPYTER_TOKEN:-} ]]; then
+    say "Jupyter Notebook on port 8888, with the token you set in JUPYTER_TOKEN"
+  else
+    JUPYTER_TOKEN=$(openssl rand -hex 24)
+    say "Jupyter Notebook on port 8888: http://127.0.0.1:8888/?token=$JUPYTER_TOKEN"
+  fi
+  export JUPYTER_TOKEN
   say "notebooks are in /workspace/notebooks"
-  exec jupyter notebook --ip=0.0.0.0 --port=8888 --no-browser --allow-root \
-    --notebook-dir=/workspace --NotebookApp.token="$token" --NotebookApp.password=''
+  exec jupyter notebook --ip=0.0.0.0 --port=8888 --no-browser --allow-root --notebook-dir=/workspace
 }
 
 mode=${1:-both}
@@ -69,7 +75,7 @@ case "$mode" in
   both)
     report_gpu
     if prepare_ssh; then
-      /usr/sbin/sshd -e  # in the background; Jupyter holds the foreground
+      /usr/sbin/sshd -D -e &  # logs to the container's output; Jupyter holds the foreground
     else
       say "SSH is off; Jupyter only"
     fi

@@ -11,7 +11,7 @@ packages=(
   libturbojpeg0-dev libpng-dev zlib1g-dev libgloo-dev
   dataset-fashion-mnist
   python3 python3-numpy python3-matplotlib python3-pil python3-ipykernel jupyter-nbconvert
-  jupyter-notebook openssh-server openssl
+  jupyter-notebook openssh-server openssl tini
 )
 case "$ID" in
   debian) packages+=(libjpeg62-turbo-dev) ;;

@@ -1,13 +1,18 @@
 // Two consecutive free TCP ports, P and P + 1, for a test that starts nabla-run (whose launchers'
 // store takes P and whose ranks' store takes P + 1), so that tests running side by side under
-// `ctest -j` never share a port. Both are checked by binding them; the kernel hands out ports
-// from its ephemeral range in turn, so one just released is not given out again at once.
+// `ctest -j` rarely share a port. P is drawn at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), where outgoing connections never take a port, and both are
+// checked by binding them.
 #pragma once
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include <fstream>
+#include <random>
 #include <stdexcept>
 
 namespace nabla::testing {
@@ -33,13 +38,17 @@ inline int bind_port(int port, int& fd) {
 }  // namespace detail
 
 inline int free_port_pair() {
-  for (int attempt = 0; attempt < 50; ++attempt) {
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(20000, std::max(20001, ephemeral_low - 2));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(random);
     int a = -1, b = -1;
-    const int port = detail::bind_port(0, a);
-    const bool next_free = port > 0 && port < 65535 && detail::bind_port(port + 1, b) == port + 1;
+    const bool free = detail::bind_port(port, a) == port && detail::bind_port(port + 1, b) == port + 1;
     if (a >= 0) ::close(a);
     if (b >= 0) ::close(b);
-    if (next_free) return port;
+    if (free) return port;
   }
   throw std::runtime_error("free_port_pair: found no two consecutive free ports");
 }

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -134,9 +135,22 @@ pid_t start_rank(const LaunchOptions& o, Rank& rank, int world, int round) {
   argv.push_back(nullptr);
   const std::string cannot = "nabla-run: cannot execute '" + o.command.front() + "': ";
   const pid_t launcher = ::getpid();
+  // Stop signals wait until the child has the default handlers back: one that arrived in between
+  // would otherwise reach our handler's copy in the child and be lost.
+  sigset_t stop_signals, previous;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  ::sigprocmask(SIG_BLOCK, &stop_signals, &previous);
   pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("nabla-run: fork failed: ") + std::strerror(errno));
+  if (pid < 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    throw Error(std::string("nabla-run: fork failed: ") + std::strerror(errno));
+  }
   if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
     ::setpgid(0, 0);  // its own group, so a terminal's Ctrl-C reaches the ranks only through us
     // A rank dies with its launcher (killed, or its node's job step cancelled): it must not
     // stay behind in a job whose other nodes start a new round without it.
@@ -152,6 +166,9 @@ pid_t start_rank(const LaunchOptions& o, Rank& rank, int world, int round) {
     (void)!::write(STDERR_FILENO, "\n", 1);
     ::_exit(127);
   }
+  // Also here, so that a signal forwarded right after the fork finds the group.
+  ::setpgid(pid, pid);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   ::close(out[1]);
   ::close(err[1]);
   rank.pid = pid;
@@ -251,17 +268,18 @@ class Supervisor {
     std::fprintf(stderr, "nabla-run: %s; %s\n", strsignal(sig),
                  kill_now ? "killing every rank" : "forwarding it to every rank");
     signal_all(ranks_, kill_now ? SIGKILL : sig);
-    if (!stopping_) {
-      begin_stopping();
-      if (result_ == 0) result_ = 128 + sig;
+    if (!stopping_) begin_stopping();
+    result_ = 128 + sig;
+    // Even after another failure: a signal ends the job on every node, with no restart.
+    if (!final_)
       fail(fmt::format("nabla-run on node {} got {}", o_.node_rank, strsignal(sig)), /*final=*/true);
-    }
   }
 
-  // Records this round's failure and tells the other nodes, once.
+  // Records this round's failure and tells the other nodes, once (and once more if it turns
+  // final).
   void fail(const std::string& what, bool final) {
-    if (!failure_.empty()) return;
-    failure_ = what;
+    if (!failure_.empty() && (final_ || !final)) return;
+    if (failure_.empty()) failure_ = what;
     final_ = final;
     if (store_lost_) return;
     try {
@@ -386,51 +404,82 @@ class Supervisor {
 
 }  // namespace
 
+namespace {
+
+bool interrupted() {
+  return signals_seen > 0;
+}
+
+// Ends the job on this node after `what`: says so, tells the other nodes (if the store still
+// answers) and returns the exit code, 128 + the signal after a stop signal.
+int give_up(Rendezvous* rdzv, const std::string& what, int code) {
+  std::fprintf(stderr, "nabla-run: the job failed: %s\n", what.c_str());
+  if (rdzv != nullptr) {
+    try {
+      rdzv->report_failure(what, /*final=*/true);
+      rdzv->leave();
+    } catch (const Error&) {
+      // The store is gone (node 0 ended or died): nothing is left to tell.
+    }
+  }
+  if (interrupted()) return 128 + pending_signal;
+  return code != 0 ? code : 1;
+}
+
+}  // namespace
+
 int launch(const LaunchOptions& o) {
   check_options(o);
   const int world = o.nproc_per_node * o.nnodes;
   catch_stop_signals();
-  Rendezvous rdzv(o);
+  std::unique_ptr<Rendezvous> rdzv;
+  try {
+    rdzv = std::make_unique<Rendezvous>(o, interrupted);
+  } catch (const Error& e) {
+    return give_up(nullptr, e.what(), 1);
+  }
   for (int round = 0;; ++round) {
-    rdzv.join(round, [] { return signals_seen > 0; });
+    try {
+      rdzv->join(round);
+    } catch (const Error& e) {
+      return give_up(rdzv.get(), e.what(), 1);
+    }
     std::vector<Rank> ranks(o.nproc_per_node);
     for (int i = 0; i < o.nproc_per_node; ++i) {
       ranks[i].local = i;
       ranks[i].global = o.node_rank * o.nproc_per_node + i;
       start_rank(o, ranks[i], world, round);
     }
-    const RoundResult result = Supervisor(o, ranks, rdzv).run();
+    const RoundResult result = Supervisor(o, ranks, *rdzv).run();
     // This node's ranks all succeeded: the round did if every node's did.
     std::optional<Rendezvous::Failure> failure;
     if (!result.failure.empty()) {
       failure = Rendezvous::Failure{result.failure, result.final};
     } else {
       try {
-        failure = rdzv.settle([] { return signals_seen > 0; });
+        failure = rdzv->settle();
       } catch (const Error& e) {
         failure = Rendezvous::Failure{e.what(), /*final=*/true};
       }
     }
     if (!failure) {
-      rdzv.leave();
+      try {
+        rdzv->leave();
+      } catch (const Error&) {
+        // Every node finished; one that left first may have taken node 0's store with it.
+      }
       return 0;
     }
-    if (!failure->final && round < o.max_restarts) {
+    if (!failure->final && round < o.max_restarts && !interrupted()) {
       std::fprintf(stderr, "nabla-run: restart %d of %d (rendezvous round %d) after: %s\n", round + 1,
                    o.max_restarts, round + 1, failure->what.c_str());
       continue;
     }
-    std::fprintf(stderr, "nabla-run: the job failed%s: %s\n",
-                 failure->final || o.max_restarts == 0
-                     ? ""
-                     : fmt::format(" (no restarts left of --max-restarts {})", o.max_restarts).c_str(),
-                 failure->what.c_str());
-    try {
-      rdzv.leave();
-    } catch (const Error&) {
-      // The store is gone (node 0 ended or died): nothing is left to tell.
-    }
-    return result.code != 0 ? result.code : 1;
+    const std::string why =
+        failure->final || o.max_restarts == 0
+            ? failure->what
+            : fmt::format("{} (no restarts left of --max-restarts {})", failure->what, o.max_restarts);
+    return give_up(rdzv.get(), why, result.code);
   }
 }
 

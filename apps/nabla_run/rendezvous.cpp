@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "nabla/core/error.h"
@@ -34,26 +35,36 @@ constexpr int kMissedBeats = 3;
 
 }  // namespace
 
-Rendezvous::Rendezvous(const LaunchOptions& o)
+Rendezvous::Rendezvous(const LaunchOptions& o, bool (*interrupted)())
     : o_(o),
+      interrupted_(interrupted),
       where_(fmt::format("{}:{}", o.master_addr, o.master_port)),
       interval_(seconds(o.monitor_interval)),
       stall_(seconds(o.monitor_interval * kMissedBeats)),
       beats_(static_cast<size_t>(o.nnodes), -1),
       beat_changed_(static_cast<size_t>(o.nnodes), Clock::now()) {
-  const auto timeout = duration_cast<std::chrono::milliseconds>(seconds(o.rdzv_timeout));
-  try {
-    store_ = std::make_unique<distributed::TcpStore>(
-        o.master_addr, static_cast<uint16_t>(o.master_port),
-        distributed::TcpStoreOptions{
-            .is_server = o.node_rank == 0, .timeout = timeout, .connect_timeout = timeout});
-  } catch (const Error& e) {
-    throw Error(o.node_rank == 0
-                    ? fmt::format("node 0 cannot start the launchers' store on --master-port {}: {}",
-                                  o.master_port, e.what())
-                    : fmt::format("node {} cannot reach the launchers' store at {} (node 0's nabla-run hosts "
-                                  "it on --master-port): {}",
-                                  o.node_rank, where_, e.what()));
+  // Each request (and each connection attempt) gets a few intervals: node 0 may start later than
+  // the others, so they try again until --rdzv-timeout, or a signal.
+  const auto request = duration_cast<std::chrono::milliseconds>(std::max(stall_, seconds(2.0)));
+  const auto deadline = Clock::now() + seconds(o.rdzv_timeout);
+  for (;;) {
+    try {
+      store_ = std::make_unique<distributed::TcpStore>(
+          o.master_addr, static_cast<uint16_t>(o.master_port),
+          distributed::TcpStoreOptions{
+              .is_server = o.node_rank == 0, .timeout = request, .connect_timeout = request});
+      break;
+    } catch (const distributed::StoreConnectError& e) {
+      NABLA_CHECK(o.node_rank != 0 && Clock::now() < deadline && !interrupted(),
+                  "node {} cannot reach the launchers' store at {} (node 0's nabla-run hosts it on "
+                  "--master-port){}: {}",
+                  o.node_rank, where_, interrupted() ? ", and was stopped by a signal" : "", e.what());
+    } catch (const Error& e) {
+      throw Error(o.node_rank == 0
+                      ? fmt::format("node 0 cannot start the launchers' store on --master-port {}: {}",
+                                    o.master_port, e.what())
+                      : e.what());
+    }
   }
 }
 
@@ -67,19 +78,33 @@ std::string Rendezvous::node_key(const std::string& suffix, int node) const {
   return key(fmt::format("{}/{}", suffix, node));
 }
 
-void Rendezvous::join(int round, bool (*interrupted)()) {
+void Rendezvous::join(int round) {
   round_ = round;
-  store_->set(node_key("node", o_.node_rank), host_name());
-  const auto deadline = Clock::now() + seconds(o_.rdzv_timeout);
-  for (;;) {
-    std::vector<int> missing;
-    for (int k = 0; k < o_.nnodes; ++k) {
-      if (!store_->check(node_key("node", k))) missing.push_back(k);
+  if (round == 0) {
+    // Every node must start as many ranks, and restart as often, as node 0.
+    const std::string config =
+        fmt::format("--nproc-per-node {} --max-restarts {}", o_.nproc_per_node, o_.max_restarts);
+    if (o_.node_rank == 0) {
+      store_->set("config", config);
+    } else {
+      const std::string node0 = store_->get_string("config");
+      NABLA_CHECK(node0 == config,
+                  "node {} runs with {}, but node 0 with {}; start every node's nabla-run alike",
+                  o_.node_rank, config, node0);
     }
-    if (missing.empty()) break;
-    NABLA_CHECK(!interrupted(), "stopped by a signal while waiting for node(s) {} to join round {}",
-                fmt::join(missing, ", "), round);
+  }
+  store_->set(node_key("node", o_.node_rank), host_name());
+  store_->add(key("joined"), 1);
+  const auto deadline = Clock::now() + seconds(o_.rdzv_timeout);
+  while (store_->add(key("joined"), 0) < o_.nnodes) {
+    NABLA_CHECK(!store_->check("stopped"), "the job was stopped: {}", store_->get_string("stopped"));
+    NABLA_CHECK(!interrupted_(), "stopped by a signal while waiting for the other nodes to join round {}",
+                round);
     if (Clock::now() > deadline) {
+      std::vector<int> missing;
+      for (int k = 0; k < o_.nnodes; ++k) {
+        if (!store_->check(node_key("node", k))) missing.push_back(k);
+      }
       throw Error(fmt::format(
           "node(s) {} did not join rendezvous round {} within --rdzv-timeout {} s (store {}); {}",
           fmt::join(missing, ", "), round, o_.rdzv_timeout, where_,
@@ -111,8 +136,9 @@ void Rendezvous::beat() {
 }
 
 std::optional<Rendezvous::Failure> Rendezvous::reported_failure() {
+  if (store_->check("stopped")) return Failure{store_->get_string("stopped"), true};
   if (store_->add(key("failed"), 0) == 0) return std::nullopt;
-  return Failure{store_->get_string(key("failure")), store_->check("stopped")};
+  return Failure{store_->get_string(key("failure")), false};
 }
 
 std::optional<Rendezvous::Failure> Rendezvous::check_stalled() {
@@ -141,31 +167,27 @@ std::optional<Rendezvous::Failure> Rendezvous::poll() {
 }
 
 void Rendezvous::report_failure(const std::string& what, bool final) {
-  if (final) store_->set("stopped", what);
+  const std::string words = fmt::format("{} (reported by node {})", what, o_.node_rank);
+  if (final && !store_->check("stopped")) store_->set("stopped", words);
   // The first report's words stay; later ones only add to the count.
-  if (store_->add(key("failed"), 1) == 1) {
-    store_->set(key("failure"), fmt::format("{} (reported by node {})", what, o_.node_rank));
-  }
+  if (store_->add(key("failed"), 1) == 1) store_->set(key("failure"), words);
 }
 
-std::optional<Rendezvous::Failure> Rendezvous::settle(bool (*interrupted)()) {
+std::optional<Rendezvous::Failure> Rendezvous::settle() {
   store_->set(node_key("done", o_.node_rank), "ok");
-  const auto deadline = Clock::now() + seconds(o_.rdzv_timeout);
+  store_->add(key("done"), 1);
+  // No deadline of its own: a node that fails or goes silent ends the wait through the failure
+  // count (node 0 reports the silent ones), and node 0's own end through the store.
   for (;;) {
     beat();
     if (auto failure = reported_failure()) return failure;
-    std::vector<int> running;
-    for (int k = 0; k < o_.nnodes; ++k) {
-      if (!store_->check(node_key("done", k))) running.push_back(k);
-    }
-    if (running.empty()) return std::nullopt;
+    if (store_->add(key("done"), 0) >= o_.nnodes) return std::nullopt;
     if (auto failure = check_stalled()) return failure;
-    NABLA_CHECK(!interrupted(), "stopped by a signal while waiting for node(s) {} to finish round {}",
-                fmt::join(running, ", "), round_);
-    NABLA_CHECK(Clock::now() < deadline,
-                "this node's ranks finished round {}, but node(s) {} neither finished nor failed within "
-                "--rdzv-timeout {} s",
-                round_, fmt::join(running, ", "), o_.rdzv_timeout);
+    if (interrupted_()) {
+      const std::string what = fmt::format("nabla-run on node {} was stopped by a signal", o_.node_rank);
+      report_failure(what, /*final=*/true);
+      return Failure{what, true};
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ pid_t start_node(int node, int port, const std::string& test, const std::string&
       (dir / fmt::format("node{}.log", node)).string());
   const pid_t pid = ::fork();
   if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no launcher outlives a test that dies
     ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -139,7 +141,7 @@ TEST_F(Elastic, TwoLaunchersFormOneFourRankGlooGroup) {
 TEST_F(Elastic, AFailureOnOneNodeRestartsEveryNodeInANewRound) {
   if (const char* mode = rank_mode()) return run_rank(mode);
   const int port = nabla::testing::free_port_pair();
-  const std::string flags = "--max-restarts 1 --monitor-interval 0.5";
+  const std::string flags = "--max-restarts 1 --monitor-interval 1";
   const std::string test = "AFailureOnOneNodeRestartsEveryNodeInANewRound";
   const pid_t node0 = start_node(0, port, test, "fail-once", dir_, flags);
   const pid_t node1 = start_node(1, port, test, "fail-once", dir_, flags);
@@ -191,7 +193,7 @@ DeadNode kill_node1(const fs::path& dir, const std::string& test, const std::str
 TEST_F(Elastic, ADeadNodeIsNamedAfterTheRestartWaitsForItInVain) {
   if (const char* mode = rank_mode()) return run_rank(mode);
   const DeadNode r = kill_node1(dir_, "ADeadNodeIsNamedAfterTheRestartWaitsForItInVain", "collectives",
-                                "--max-restarts 2 --monitor-interval 0.5 --rdzv-timeout 4 --grace 2");
+                                "--max-restarts 2 --monitor-interval 1 --rdzv-timeout 4 --grace 2");
   EXPECT_NE(r.code, 0) << r.log;
   // Node 0's ranks lose their peers, the round fails, and node 1 never joins the next one.
   EXPECT_NE(r.log.find("node(s) 1 did not join rendezvous round 1 within --rdzv-timeout 4 s"),
@@ -205,7 +207,7 @@ TEST_F(Elastic, ADeadNodeIsNamedByItsMissingHeartbeat) {
   // Ranks that do not talk to each other cannot notice; node 0's watch of the heartbeats does,
   // within 3 monitor intervals, and stops its ranks.
   const DeadNode r =
-      kill_node1(dir_, "ADeadNodeIsNamedByItsMissingHeartbeat", "idle", "--monitor-interval 0.5 --grace 2");
+      kill_node1(dir_, "ADeadNodeIsNamedByItsMissingHeartbeat", "idle", "--monitor-interval 1 --grace 2");
   EXPECT_EQ(r.code, 1) << r.log;
   EXPECT_NE(r.log.find("node 1 has sent no heartbeat"), std::string::npos) << r.log;
   EXPECT_LT(r.took, std::chrono::seconds(15)) << r.log;
@@ -215,8 +217,8 @@ TEST_F(Elastic, ANodeThatLosesNode0StopsAndSaysSo) {
   if (const char* mode = rank_mode()) return run_rank(mode);
   const int port = nabla::testing::free_port_pair();
   const std::string test = "ANodeThatLosesNode0StopsAndSaysSo";
-  const pid_t node0 = start_node(0, port, test, "idle", dir_, "--monitor-interval 0.5 --grace 2");
-  const pid_t node1 = start_node(1, port, test, "idle", dir_, "--monitor-interval 0.5 --grace 2");
+  const pid_t node0 = start_node(0, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
+  const pid_t node1 = start_node(1, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
   for (const auto until = Clock::now() + std::chrono::seconds(60);
        Clock::now() < until && !(fs::exists(dir_ / "up.0") && fs::exists(dir_ / "up.3"));)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -225,6 +227,47 @@ TEST_F(Elastic, ANodeThatLosesNode0StopsAndSaysSo) {
   EXPECT_NE(wait_for(node1, std::chrono::seconds(60)), 0);
   const std::string log1 = read_log(dir_, 1);
   EXPECT_NE(log1.find("node 0 is gone: lost the launchers' store"), std::string::npos) << log1;
+}
+
+TEST_F(Elastic, ACtrlCOnOneNodeStopsEveryNodeWithoutARestart) {
+  if (const char* mode = rank_mode()) return run_rank(mode);
+  const int port = nabla::testing::free_port_pair();
+  const std::string test = "ACtrlCOnOneNodeStopsEveryNodeWithoutARestart";
+  const std::string flags = "--max-restarts 2 --monitor-interval 1 --grace 2";
+  const pid_t node0 = start_node(0, port, test, "idle", dir_, flags);
+  const pid_t node1 = start_node(1, port, test, "idle", dir_, flags);
+  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
+    bool up = true;
+    for (int rank = 0; rank < 4; ++rank) up = up && fs::exists(dir_ / fmt::format("up.{}", rank));
+    if (up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ::kill(node1, SIGINT);
+  EXPECT_EQ(wait_for(node1, std::chrono::seconds(30)), 128 + SIGINT) << read_log(dir_, 1);
+  EXPECT_NE(wait_for(node0, std::chrono::seconds(30)), 0) << read_log(dir_, 0);
+  const std::string log0 = read_log(dir_, 0);
+  EXPECT_NE(log0.find("nabla-run on node 1 got Interrupt"), std::string::npos) << log0;
+  // No rank of a second round ran (node 0 may have begun one, if it counted its own ranks'
+  // failure before it read the stop; the stop then ends it at the rendezvous).
+  EXPECT_EQ(log0.find("of round 1 all-reduced"), std::string::npos) << log0;
+}
+
+TEST_F(Elastic, NodesStartedWithOtherSettingsAreRefused) {
+  if (const char* mode = rank_mode()) return run_rank(mode);
+  const int port = nabla::testing::free_port_pair();
+  const std::string test = "NodesStartedWithOtherSettingsAreRefused";
+  const pid_t node0 = start_node(0, port, test, "allreduce", dir_, "--max-restarts 1 --rdzv-timeout 20");
+  const pid_t node1 = start_node(1, port, test, "allreduce", dir_, "--max-restarts 2 --rdzv-timeout 20");
+  EXPECT_EQ(wait_for(node1, std::chrono::seconds(30)), 1) << read_log(dir_, 1);
+  EXPECT_NE(read_log(dir_, 1).find("node 1 runs with --nproc-per-node 2 --max-restarts 2, but node 0 with "
+                                   "--nproc-per-node 2 --max-restarts 1"),
+            std::string::npos)
+      << read_log(dir_, 1);
+  // Node 0 learns it from the store at once, without waiting out its --rdzv-timeout.
+  const auto start = Clock::now();
+  EXPECT_EQ(wait_for(node0, std::chrono::seconds(30)), 1) << read_log(dir_, 0);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10)) << read_log(dir_, 0);
+  EXPECT_NE(read_log(dir_, 0).find("the job was stopped"), std::string::npos) << read_log(dir_, 0);
 }
 
 }  // namespace

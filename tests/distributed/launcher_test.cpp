@@ -133,7 +133,7 @@ TEST(Launcher, APortInUseIsAClearError) {
   ASSERT_EQ(::listen(fd, 1), 0);
   auto r = run(kRun + " --master-port " + std::to_string(port) + " -- true");
   ::close(fd);
-  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(
       r.output.find("node 0 cannot start the launchers' store on --master-port " + std::to_string(port)),
       std::string::npos)

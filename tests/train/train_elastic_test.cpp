@@ -93,16 +93,25 @@ void TrainElastic::kill_a_rank_halfway(const std::string& launcher) {
        Clock::now() < until && !fs::exists(halfway);)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const pid_t rank1 = find_rank(started, 1);
-  ASSERT_GT(rank1, 0) << "rank 1 not found: " << read_file(dir_.file("cut.log"));
-  ::kill(rank1, SIGKILL);
-  int status = 0;
-  ::waitpid(started, &status, 0);
+  if (rank1 > 0) ::kill(rank1, SIGKILL);
+  // The launcher's end, within a bound (it is killed, with its ranks, if it overruns).
+  int status = -1;
+  for (const auto until = Clock::now() + std::chrono::seconds(180); Clock::now() < until;) {
+    if (::waitpid(started, &status, WNOHANG) == started) break;
+    status = -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (status == -1) {
+    ::kill(started, SIGKILL);
+    ::waitpid(started, nullptr, 0);
+  }
   const std::string log = read_file(dir_.file("cut.log"));
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  ASSERT_GT(rank1, 0) << "rank 1 not found: " << log;
+  ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << log;
+  // (Which rank is named first depends on which exit the launcher reaps first: the killed rank 1,
+  // or rank 0 failing in its next collective.)
   if (launcher == "nabla-run") {
-    EXPECT_NE(log.find("rank 1 (local rank 1, pid"), std::string::npos) << log;
-    EXPECT_NE(log.find("was killed by signal 9"), std::string::npos) << log;
-    EXPECT_NE(log.find("restart 1 of 1 (rendezvous round 1)"), std::string::npos) << log;
+    EXPECT_NE(log.find("restart 1 of 1 (rendezvous round 1) after: rank "), std::string::npos) << log;
   }
   // Restarted from a checkpoint of the cut run, not from the start (which would also end with the
   // same weights, the run being deterministic).
