@@ -161,6 +161,16 @@ TEST_F(Elastic, AFailureOnOneNodeRestartsEveryNodeInANewRound) {
   }
 }
 
+// Waits (up to a minute) until the 4 ranks of an "idle" or "collectives" job have all-reduced.
+void wait_until_every_rank_is_up(const fs::path& dir) {
+  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
+    bool up = true;
+    for (int rank = 0; rank < 4; ++rank) up = up && fs::exists(dir / fmt::format("up.{}", rank));
+    if (up) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // Kills node 1's nabla-run (its ranks die with it) once every rank is up in `mode`; returns
 // node 0's exit code, its log, and how long it took to exit after the kill.
 struct DeadNode {
@@ -174,12 +184,7 @@ DeadNode kill_node1(const fs::path& dir, const std::string& test, const std::str
   const int port = nabla::testing::free_port_pair();
   const pid_t node0 = start_node(0, port, test, mode, dir, flags);
   const pid_t node1 = start_node(1, port, test, mode, dir, flags);
-  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
-    bool up = true;
-    for (int rank = 0; rank < 4; ++rank) up = up && fs::exists(dir / fmt::format("up.{}", rank));
-    if (up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  wait_until_every_rank_is_up(dir);
   ::kill(node1, SIGKILL);
   ::waitpid(node1, nullptr, 0);
   const auto killed = Clock::now();
@@ -219,9 +224,7 @@ TEST_F(Elastic, ANodeThatLosesNode0StopsAndSaysSo) {
   const std::string test = "ANodeThatLosesNode0StopsAndSaysSo";
   const pid_t node0 = start_node(0, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
   const pid_t node1 = start_node(1, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
-  for (const auto until = Clock::now() + std::chrono::seconds(60);
-       Clock::now() < until && !(fs::exists(dir_ / "up.0") && fs::exists(dir_ / "up.3"));)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  wait_until_every_rank_is_up(dir_);
   ::kill(node0, SIGKILL);
   ::waitpid(node0, nullptr, 0);
   EXPECT_NE(wait_for(node1, std::chrono::seconds(60)), 0);
@@ -236,12 +239,7 @@ TEST_F(Elastic, ACtrlCOnOneNodeStopsEveryNodeWithoutARestart) {
   const std::string flags = "--max-restarts 2 --monitor-interval 1 --grace 2";
   const pid_t node0 = start_node(0, port, test, "idle", dir_, flags);
   const pid_t node1 = start_node(1, port, test, "idle", dir_, flags);
-  for (const auto until = Clock::now() + std::chrono::seconds(60); Clock::now() < until;) {
-    bool up = true;
-    for (int rank = 0; rank < 4; ++rank) up = up && fs::exists(dir_ / fmt::format("up.{}", rank));
-    if (up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  wait_until_every_rank_is_up(dir_);
   ::kill(node1, SIGINT);
   EXPECT_EQ(wait_for(node1, std::chrono::seconds(30)), 128 + SIGINT) << read_log(dir_, 1);
   EXPECT_NE(wait_for(node0, std::chrono::seconds(30)), 0) << read_log(dir_, 0);
