@@ -109,6 +109,18 @@ size_t count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// Both nodes of a job, started alike.
+struct Nodes {
+  pid_t node0 = 0, node1 = 0;
+};
+
+// Both nodes' nabla-run on a fresh port pair, running the current test as their ranks.
+Nodes start_nodes(const std::string& mode, const fs::path& dir, const std::string& flags) {
+  const int port = nabla::testing::free_port_pair();
+  const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  return {start_node(0, port, test, mode, dir, flags), start_node(1, port, test, mode, dir, flags)};
+}
+
 class Elastic : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -121,6 +133,7 @@ class Elastic : public ::testing::Test {
 
 TEST_F(Elastic, TwoLaunchersFormOneFourRankGlooGroup) {
   if (const char* mode = rank_mode()) return run_rank(mode);
+  // Node 1 first: it waits for node 0's store to come up.
   const int port = nabla::testing::free_port_pair();
   const pid_t node1 = start_node(1, port, "TwoLaunchersFormOneFourRankGlooGroup", "allreduce", dir_, "");
   const pid_t node0 = start_node(0, port, "TwoLaunchersFormOneFourRankGlooGroup", "allreduce", dir_, "");
@@ -140,11 +153,7 @@ TEST_F(Elastic, TwoLaunchersFormOneFourRankGlooGroup) {
 
 TEST_F(Elastic, AFailureOnOneNodeRestartsEveryNodeInANewRound) {
   if (const char* mode = rank_mode()) return run_rank(mode);
-  const int port = nabla::testing::free_port_pair();
-  const std::string flags = "--max-restarts 1 --monitor-interval 1";
-  const std::string test = "AFailureOnOneNodeRestartsEveryNodeInANewRound";
-  const pid_t node0 = start_node(0, port, test, "fail-once", dir_, flags);
-  const pid_t node1 = start_node(1, port, test, "fail-once", dir_, flags);
+  const auto [node0, node1] = start_nodes("fail-once", dir_, "--max-restarts 1 --monitor-interval 1");
   EXPECT_EQ(wait_for(node0, std::chrono::seconds(90)), 0) << read_log(dir_, 0);
   EXPECT_EQ(wait_for(node1, std::chrono::seconds(90)), 0) << read_log(dir_, 1);
   const std::string log0 = read_log(dir_, 0), log1 = read_log(dir_, 1);
@@ -179,11 +188,8 @@ struct DeadNode {
   Clock::duration took{};
 };
 
-DeadNode kill_node1(const fs::path& dir, const std::string& test, const std::string& mode,
-                    const std::string& flags) {
-  const int port = nabla::testing::free_port_pair();
-  const pid_t node0 = start_node(0, port, test, mode, dir, flags);
-  const pid_t node1 = start_node(1, port, test, mode, dir, flags);
+DeadNode kill_node1(const fs::path& dir, const std::string& mode, const std::string& flags) {
+  const auto [node0, node1] = start_nodes(mode, dir, flags);
   wait_until_every_rank_is_up(dir);
   ::kill(node1, SIGKILL);
   ::waitpid(node1, nullptr, 0);
@@ -197,8 +203,8 @@ DeadNode kill_node1(const fs::path& dir, const std::string& test, const std::str
 
 TEST_F(Elastic, ADeadNodeIsNamedAfterTheRestartWaitsForItInVain) {
   if (const char* mode = rank_mode()) return run_rank(mode);
-  const DeadNode r = kill_node1(dir_, "ADeadNodeIsNamedAfterTheRestartWaitsForItInVain", "collectives",
-                                "--max-restarts 2 --monitor-interval 1 --rdzv-timeout 4 --grace 2");
+  const DeadNode r =
+      kill_node1(dir_, "collectives", "--max-restarts 2 --monitor-interval 1 --rdzv-timeout 4 --grace 2");
   EXPECT_NE(r.code, 0) << r.log;
   // Node 0's ranks lose their peers, the round fails, and node 1 never joins the next one.
   EXPECT_NE(r.log.find("node(s) 1 did not join rendezvous round 1 within --rdzv-timeout 4 s"),
@@ -211,8 +217,7 @@ TEST_F(Elastic, ADeadNodeIsNamedByItsMissingHeartbeat) {
   if (const char* mode = rank_mode()) return run_rank(mode);
   // Ranks that do not talk to each other cannot notice; node 0's watch of the heartbeats does,
   // within 3 monitor intervals, and stops its ranks.
-  const DeadNode r =
-      kill_node1(dir_, "ADeadNodeIsNamedByItsMissingHeartbeat", "idle", "--monitor-interval 1 --grace 2");
+  const DeadNode r = kill_node1(dir_, "idle", "--monitor-interval 1 --grace 2");
   EXPECT_EQ(r.code, 1) << r.log;
   EXPECT_NE(r.log.find("node 1 has sent no heartbeat"), std::string::npos) << r.log;
   EXPECT_LT(r.took, std::chrono::seconds(15)) << r.log;
@@ -220,10 +225,7 @@ TEST_F(Elastic, ADeadNodeIsNamedByItsMissingHeartbeat) {
 
 TEST_F(Elastic, ANodeThatLosesNode0StopsAndSaysSo) {
   if (const char* mode = rank_mode()) return run_rank(mode);
-  const int port = nabla::testing::free_port_pair();
-  const std::string test = "ANodeThatLosesNode0StopsAndSaysSo";
-  const pid_t node0 = start_node(0, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
-  const pid_t node1 = start_node(1, port, test, "idle", dir_, "--monitor-interval 1 --grace 2");
+  const auto [node0, node1] = start_nodes("idle", dir_, "--monitor-interval 1 --grace 2");
   wait_until_every_rank_is_up(dir_);
   ::kill(node0, SIGKILL);
   ::waitpid(node0, nullptr, 0);
@@ -234,11 +236,7 @@ TEST_F(Elastic, ANodeThatLosesNode0StopsAndSaysSo) {
 
 TEST_F(Elastic, ACtrlCOnOneNodeStopsEveryNodeWithoutARestart) {
   if (const char* mode = rank_mode()) return run_rank(mode);
-  const int port = nabla::testing::free_port_pair();
-  const std::string test = "ACtrlCOnOneNodeStopsEveryNodeWithoutARestart";
-  const std::string flags = "--max-restarts 2 --monitor-interval 1 --grace 2";
-  const pid_t node0 = start_node(0, port, test, "idle", dir_, flags);
-  const pid_t node1 = start_node(1, port, test, "idle", dir_, flags);
+  const auto [node0, node1] = start_nodes("idle", dir_, "--max-restarts 2 --monitor-interval 1 --grace 2");
   wait_until_every_rank_is_up(dir_);
   ::kill(node1, SIGINT);
   EXPECT_EQ(wait_for(node1, std::chrono::seconds(30)), 128 + SIGINT) << read_log(dir_, 1);
