@@ -1,21 +1,24 @@
 // Microbenchmark: every distinct convolution of ResNet-50 (torchvision v1.5, 224x224) through
-// nabla's public conv2d, float16 channels_last, cuDNN benchmark mode, timed as forward +
-// backward (grad_input and grad_weight, no bias). bench/torch_conv_shapes.py runs the same
-// shapes through PyTorch and prints the same table, so the two can be compared line by line.
+// nabla's public conv2d, float16 (or bfloat16) channels_last, cuDNN benchmark mode, timed as
+// forward + backward (grad_input and grad_weight, no bias). bench/torch_conv_shapes.py runs the
+// same shapes through PyTorch and prints the same table, so the two can be compared line by line.
 //
-//   ./build/cuda/bench/nabla_bench_conv [batch, default 256] [runs, default 20]
+//   ./build/cuda/bench/nabla_bench_conv [batch, default 256] [runs, default 20] [fp16|bf16]
 //
 // Each row: median of `runs` iterations timed with CUDA events on the current stream, after 3
 // warm-ups (the first runs cudnnFind*). "ms" and TFLOP/s are the public op, forward + backward
 // through autograd (allocations included), as the PyTorch script measures; TFLOP/s counts 3
 // convolutions of 2 N O C kH kW Ho Wo flops each. The fwd / data / filter columns time the CUDA
-// entry points alone on preallocated outputs, to show where the time goes (not in the sums).
-// "network" weights each shape by how often ResNet-50 uses it (53 convolutions).
+// entry points alone on preallocated outputs, to show where the time goes (not in the sums), on
+// the default route; the legacy columns time them with set_cudnn_graph_api(false) (Note
+// [Convolutions on the graph API] in ops/cuda/conv.cpp). The last row weights each shape by how
+// often ResNet-50 uses it (53 convolutions).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "nabla/core/cuda/stream.h"
@@ -71,17 +74,19 @@ int main(int argc, char** argv) {
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 256;
   const int runs = argc > 2 ? std::max(10, std::atoi(argv[2])) : 20;
   const int warmup = 3;
+  const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
+  const nabla::DType dtype = bf16 ? nabla::kBFloat16 : nabla::kFloat16;
   nabla::set_cudnn_benchmark(true);
-  const nabla::TensorOptions half{.dtype = nabla::kFloat16, .device = nabla::Device::cuda()};
+  const nabla::TensorOptions half{.dtype = dtype, .device = nabla::Device::cuda()};
   constexpr auto kCl = nabla::MemoryFormat::ChannelsLast;
 
   std::printf(
-      "nabla conv2d, ResNet-50 shapes, batch %lld, float16 channels_last, cudnn benchmark, fwd+bwd, "
+      "nabla conv2d, ResNet-50 shapes, batch %lld, %s channels_last, cudnn benchmark, fwd+bwd, "
       "median of %d runs\n",
-      static_cast<long long>(batch), runs);
-  std::printf("%-24s %-26s %5s %10s %9s %8s %8s %8s\n", "conv", "input -> output", "uses", "ms", "TFLOP/s",
-              "fwd", "data", "filter");
-  double total = 0, network = 0;
+      static_cast<long long>(batch), bf16 ? "bfloat16" : "float16", runs);
+  std::printf("%-24s %-26s %5s %10s %9s %8s %8s %8s %8s %8s %8s\n", "conv", "input -> output", "uses", "ms",
+              "TFLOP/s", "fwd", "data", "filter", "lgc fwd", "lgc data", "lgc filt");
+  double total = 0, network = 0, columns[6] = {};
   for (const ConvShape& s : kShapes) {
     const int64_t out = (s.h + 2 * s.padding - s.k) / s.stride + 1;
     Tensor x = nabla::randn({batch, s.c, s.h, s.h}, half).contiguous(kCl).requires_grad_(true);
@@ -101,30 +106,38 @@ int main(int argc, char** argv) {
     // The three kernels alone, on preallocated outputs.
     namespace kernels = nabla::ops::cuda;
     const nabla::ops::ConvParams params{.stride = {s.stride, s.stride}, .padding = {s.padding, s.padding}};
-    const kernels::CudnnSettings settings{.benchmark = true, .allow_tf32 = true};
-    Tensor y =
-        nabla::empty(gy.sizes(), {.dtype = nabla::kFloat16, .device = gy.device(), .memory_format = kCl});
-    Tensor gx =
-        nabla::empty(x.sizes(), {.dtype = nabla::kFloat16, .device = x.device(), .memory_format = kCl});
-    Tensor gw =
-        nabla::empty(w.sizes(), {.dtype = nabla::kFloat16, .device = w.device(), .memory_format = kCl});
-    const double fwd =
-        median_ms([&] { kernels::conv2d_forward(x, w, {}, y, params, settings); }, runs, warmup);
-    const double data =
-        median_ms([&] { kernels::conv2d_backward_input(gy, w, gx, params, settings); }, runs, warmup);
-    const double filter =
-        median_ms([&] { kernels::conv2d_backward_weight(gy, x, gw, params, settings); }, runs, warmup);
+    Tensor y = nabla::empty(gy.sizes(), {.dtype = dtype, .device = gy.device(), .memory_format = kCl});
+    Tensor gx = nabla::empty(x.sizes(), {.dtype = dtype, .device = x.device(), .memory_format = kCl});
+    Tensor gw = nabla::empty(w.sizes(), {.dtype = dtype, .device = w.device(), .memory_format = kCl});
+    double t[6];
+    for (size_t route = 0; route < 2; ++route) {
+      const kernels::CudnnSettings settings{.benchmark = true, .allow_tf32 = true, .graph_api = route == 0};
+      double* times = t + 3 * route;  // fwd, data, filter of this route
+      times[0] = median_ms([&] { kernels::conv2d_forward(x, w, {}, y, params, settings); }, runs, warmup);
+      times[1] =
+          median_ms([&] { kernels::conv2d_backward_input(gy, w, gx, params, settings); }, runs, warmup);
+      times[2] =
+          median_ms([&] { kernels::conv2d_backward_weight(gy, x, gw, params, settings); }, runs, warmup);
+    }
     const double flops = 3.0 * 2.0 * double(batch * s.o * s.c * s.k * s.k * out * out);
     char shape[64];
     std::snprintf(shape, sizeof(shape), "%lldx%lld %lld -> %lld k%lld/%lld", static_cast<long long>(s.h),
                   static_cast<long long>(s.h), static_cast<long long>(s.c), static_cast<long long>(s.o),
                   static_cast<long long>(s.k), static_cast<long long>(s.stride));
-    std::printf("%-24s %-26s %5lld %10.3f %9.1f %8.3f %8.3f %8.3f\n", s.name, shape,
-                static_cast<long long>(s.count), ms, flops / (ms * 1e9), fwd, data, filter);
+    std::printf("%-24s %-26s %5lld %10.3f %9.1f", s.name, shape, static_cast<long long>(s.count), ms,
+                flops / (ms * 1e9));
+    for (int c = 0; c < 6; ++c) {
+      std::printf(" %8.3f", t[c]);
+      columns[c] += t[c] * double(s.count);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
     total += ms;
     network += ms * double(s.count);
   }
   std::printf("sum over the %zu shapes: %.3f ms; ResNet-50 convolutions (weighted by use): %.3f ms\n",
               kShapes.size(), total, network);
+  std::printf("weighted by use, ms: fwd %.3f data %.3f filter %.3f; legacy fwd %.3f data %.3f filter %.3f\n",
+              columns[0], columns[1], columns[2], columns[3], columns[4], columns[5]);
   return 0;
 }

@@ -45,6 +45,7 @@ std::atomic<bool> benchmark_on{false};
 std::atomic<bool> tf32_on{true};
 std::atomic<bool> deterministic_on{false};
 std::atomic<bool> depthwise_on{true};
+std::atomic<bool> graph_api_on{true};
 
 std::string pair_str(Pair2 p) {
   return fmt::format("({}, {})", p[0], p[1]);
@@ -56,7 +57,8 @@ ops::cuda::CudnnSettings ops::cudnn_settings() {
   return {.benchmark = cudnn_benchmark(),
           .allow_tf32 = cudnn_allow_tf32(),
           .deterministic = cudnn_deterministic(),
-          .depthwise_kernels = depthwise_kernels()};
+          .depthwise_kernels = depthwise_kernels(),
+          .graph_api = cudnn_graph_api()};
 }
 
 Shape ops::check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
@@ -441,6 +443,12 @@ void set_depthwise_kernels(bool on) {
 }
 bool depthwise_kernels() {
   return depthwise_on.load(std::memory_order_relaxed);
+}
+void set_cudnn_graph_api(bool on) {
+  graph_api_on.store(on, std::memory_order_relaxed);
+}
+bool cudnn_graph_api() {
+  return graph_api_on.load(std::memory_order_relaxed);
 }
 
 }  // namespace nabla

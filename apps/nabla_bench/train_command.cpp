@@ -65,6 +65,7 @@ struct TrainBenchOptions {
   bool cuda_graph = false;        // capture the step once and replay it (nn::make_graphed_step)
   bool conv_bn_fusion = true;     // batch norms inside the convolutions (set_conv_batch_norm_fusion)
   bool depthwise_kernels = true;  // depthwise convolutions on nabla's kernels (set_depthwise_kernels)
+  bool graph_api = true;          // 16-bit channels_last convolutions on the graph API (set_cudnn_graph_api)
   TorchOptions torch;
   bool torch_compile = true;  // with --compare-pytorch, also torch.compile's rows
   std::string json_path;
@@ -357,6 +358,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"cuda_graph", o.cuda_graph && graphed.graphed()},
           {"conv_bn_fusion", o.conv_bn_fusion},
           {"depthwise_kernels", o.depthwise_kernels},
+          {"cudnn_graph_api", o.graph_api},
           {"step_mode", graph_note}};
 }
 
@@ -428,10 +430,10 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
     table.add_row(std::move(cells));
   }
   const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
-  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s%s\n%s",
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s%s%s\n%s",
               o.arch.c_str(), static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
               o.cuda_graph ? ", --cuda-graph" : "", o.conv_bn_fusion ? "" : ", --no-conv-bn-fusion",
-              o.depthwise_kernels ? "" : ", --no-depthwise-kernels",
+              o.depthwise_kernels ? "" : ", --no-depthwise-kernels", o.graph_api ? "" : ", --legacy-convs",
               with_torch ? "; ratio = nabla / PyTorch (eager, and torch.compile where shown)" : "",
               table.render().c_str());
 }
@@ -468,6 +470,7 @@ void run_train(const TrainBenchOptions& o) {
   set_cudnn_benchmark(true);
   set_conv_batch_norm_fusion(o.conv_bn_fusion);
   set_depthwise_kernels(o.depthwise_kernels);
+  set_cudnn_graph_api(o.graph_api);
 
   std::vector<nlohmann::json> rows;
   for (const auto& amp : amps) {
@@ -580,6 +583,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag(
       "!--no-depthwise-kernels", o->depthwise_kernels,
       "Run channels_last depthwise convolutions on cuDNN instead of nabla's kernels, for comparison");
+  cmd->add_flag(
+      "!--legacy-convs", o->graph_api,
+      "Run ungrouped 16-bit channels_last convolutions on cuDNN's legacy calls instead of its graph "
+      "API, for comparison");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag("!--no-torch-compile", o->torch_compile,
                 "With --compare-pytorch, skip the torch.compile run (it compiles for a minute or more)");

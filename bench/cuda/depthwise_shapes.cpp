@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
         nabla::empty(w.sizes(), {.dtype = nabla::kFloat16, .device = w.device(), .memory_format = kCl});
     const kernels::CudnnSettings settings{.benchmark = true};
     const auto graph = [&](kernels::ConvDirection d, const Tensor& a, const Tensor& b, const Tensor& c) {
-      return median_ms([&] { kernels::conv2d_grouped_graph(d, a, b, c, params, settings); }, runs, warmup);
+      return median_ms([&] { kernels::conv2d_graph(d, a, b, c, params, settings); }, runs, warmup);
     };
     const double cd_fwd = graph(kernels::ConvDirection::Forward, x, w, y);
     const double cd_data = graph(kernels::ConvDirection::BackwardData, gx, w, gy);

@@ -437,6 +437,20 @@ Tensor weight_matrix(const Tensor& w) {
   return ops::alias(w, {w.size(0), w.size(1)}, {w.size(1), 1}, w.storage_offset());
 }
 
+// Note [Convolutions on the graph API]: a grouped convolution always tries cuDNN's backend graph
+// API first (Note [Grouped convolutions on the graph API] in conv_bn_fused.cpp). An ungrouped
+// one does too under settings.graph_api, outside deterministic mode. At ResNet-50's shapes the
+// legacy cudnnFind* list lacked the engines the graph API times: its best 3x3 convolutions took
+// up to 1.5x the graph API's, and its convolutions 13-15% more time in all (nabla_bench_conv,
+// docs/performance.md, session 20). Deterministic mode keeps the legacy list, whose
+// deterministic choices are the ones the bit-for-bit tests have run on. The graph route refuses
+// what it cannot take (float32, channels not in 8s, NCHW), and then the legacy call runs.
+bool on_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                  const ConvParams& p, const CudnnSettings& settings) {
+  if (p.groups == 1 && (!settings.graph_api || settings.deterministic)) return false;
+  return conv2d_graph(direction, x, w, y, p, settings);
+}
+
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
@@ -449,7 +463,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   // channels_last 16-bit with a bias: the bias in the convolution's epilogue where cuDNN's
   // fusion engines take it, else a pass of its own.
   if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, settings)) return;
-  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::Forward, x, w, y, p, settings))
+  if (!on_graph_api(ConvDirection::Forward, x, w, y, p, settings))
     run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
@@ -527,7 +541,7 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& 
     gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = settings.allow_tf32});
     return;
   }
-  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::BackwardData, grad_x, w, grad_y, p, settings))
+  if (!on_graph_api(ConvDirection::BackwardData, grad_x, w, grad_y, p, settings))
     run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, settings);
 }
 
@@ -545,7 +559,7 @@ void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor&
     gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = settings.allow_tf32});
     return;
   }
-  if (p.groups == 1 || !conv2d_grouped_graph(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, settings))
+  if (!on_graph_api(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, settings))
     run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, settings);
 }
 

@@ -82,9 +82,9 @@ enum class Pattern : int64_t {
   DataGradReluMask,
   DataGradBatchNormRelu,
   ForwardBiasRelu,
-  GroupedForward,
-  GroupedDataGrad,
-  GroupedWeightGrad
+  GraphForward,
+  GraphDataGrad,
+  GraphWeightGrad
 };
 
 thread_local std::string last_engine;
@@ -460,8 +460,8 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
 // stride-2 depthwise ones the best of them took 3.7x PyTorch's time (5.41 against 1.47 ms,
 // forward + backward at batch 256, nabla_bench_depthwise). The backend graph API reaches the
 // engines PyTorch's cuDNN path uses; in benchmark mode the first candidates are timed as above.
-bool conv2d_grouped_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                          const ConvParams& p, const CudnnSettings& settings, std::string* why) {
+bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                  const ConvParams& p, const CudnnSettings& settings, std::string* why) {
   if (cudnnGetVersion() < 90000) return refuse(why, "the graph route needs cuDNN 9");
   for (const Tensor* t : {&x, &w, &y}) {
     if (t->dim() != 4 || (t->dtype() != kFloat16 && t->dtype() != kBFloat16) || t->dtype() != x.dtype() ||
@@ -473,17 +473,17 @@ bool conv2d_grouped_graph(ConvDirection direction, const Tensor& x, const Tensor
   }
   if (x.size(1) % 8 != 0 || y.size(1) % 8 != 0) return refuse(why, "the graph route takes channels in 8s");
   nabla::cuda::DeviceGuard device(x.device().index);
-  const Pattern pattern = direction == ConvDirection::Forward        ? Pattern::GroupedForward
-                          : direction == ConvDirection::BackwardData ? Pattern::GroupedDataGrad
-                                                                     : Pattern::GroupedWeightGrad;
+  const Pattern pattern = direction == ConvDirection::Forward        ? Pattern::GraphForward
+                          : direction == ConvDirection::BackwardData ? Pattern::GraphDataGrad
+                                                                     : Pattern::GraphWeightGrad;
   Entry* entry = cached(settings, key_of(pattern, p, nullptr, settings, {&x, &w, &y}), [&](Graph& g) {
     // The groups are implied by the filter's input channels, C / groups.
     g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
     g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
     g.tensor(kY, io_type(y), dims_of(y), strides_of(y));
-    if (pattern == Pattern::GroupedForward) g.conv_forward(conv_of(p), kX, kW, kY);
-    if (pattern == Pattern::GroupedDataGrad) g.conv_backward_data(conv_of(p), kY, kW, kX);
-    if (pattern == Pattern::GroupedWeightGrad) g.conv_backward_filter(conv_of(p), kX, kY, kW);
+    if (pattern == Pattern::GraphForward) g.conv_forward(conv_of(p), kX, kW, kY);
+    if (pattern == Pattern::GraphDataGrad) g.conv_backward_data(conv_of(p), kY, kW, kX);
+    if (pattern == Pattern::GraphWeightGrad) g.conv_backward_filter(conv_of(p), kX, kY, kW);
   });
   if (std::string reason = unusable(entry); !reason.empty()) return refuse(why, reason);
   run(*entry, x.device(), {kX, kW, kY}, {x.data_ptr(), w.data_ptr(), y.data_ptr()});

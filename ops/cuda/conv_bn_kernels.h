@@ -94,8 +94,8 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
 // grad_x), w (or grad_w) and y (or grad_y) are what the forward would see; the direction's
 // output is overwritten. channels_last float16/bfloat16, channel counts in 8s.
 enum class ConvDirection { Forward, BackwardData, BackwardWeight };
-bool conv2d_grouped_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                          const ConvParams& p, const CudnnSettings& settings, std::string* why = nullptr);
+bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                  const ConvParams& p, const CudnnSettings& settings, std::string* why = nullptr);
 
 // The engine of the last fused call on this thread (any pattern), for benchmarks.
 std::string conv_bn_last_engine();

@@ -17,6 +17,7 @@ struct CudnnSettings {
   bool allow_tf32 = true;         // float32 may use TensorFloat-32 tensor cores
   bool deterministic = false;     // only algorithms with run-to-run identical results
   bool depthwise_kernels = true;  // stride-2 depthwise data gradients on nabla's kernel
+  bool graph_api = true;          // ungrouped 16-bit channels_last convolutions on the graph API
 };
 
 // y = conv(x, w) + bias (bias (O) or undefined).

@@ -8,7 +8,11 @@
 # fusion; trace = a CUPTI trace of the graphed step; infer = fp16 channels_last inference at batch
 # 16/32/64 replayed from a graph, folded (--fuse) and not; torch = the train step (and with infer,
 # the folded inference) beside PyTorch eager and torch.compile; torch_bf16 = the train step in
-# bfloat16 beside them. Logs under $OUT; a short summary last.
+# bfloat16 beside them; convs = every ResNet-50 convolution in float16 and bfloat16, nabla's
+# routes (bench/nabla_bench_conv, in the bundle) and PyTorch's (bench/torch_conv_shapes.py);
+# routes = the graphed step in float16 and bfloat16 with and without --legacy-convs (ROUTE_AMPS,
+# default "bf16 fp16"; LEGACY=0 leaves the legacy runs out). AMP (fp16)
+# sets train's and trace's precision. Logs under $OUT; a short summary last.
 set -uo pipefail
 parts=${PARTS:-first,suite,train,trace}
 first=${FIRST:-CudaConvBatchNorm.*:CudaParityPool.*:CudaParityConv.*}
@@ -22,6 +26,19 @@ if has suite; then timeout 300 "$tests" > "$out/cuda.log" 2>&1; echo "suite rc=$
 if has train; then
   rn50 90 --steps 30 --cuda-graph > "$out/rn50_graph_fused.log" 2>&1
   rn50 90 --steps 30 --cuda-graph --no-conv-bn-fusion > "$out/rn50_graph_unfused.log" 2>&1
+fi
+if has convs; then
+  for d in fp16 bf16; do
+    timeout 150 "$x/bench/nabla_bench_conv" 256 20 $d > "$out/convs_nabla_$d.log" 2>&1
+    timeout 150 python3 bench/torch_conv_shapes.py 256 20 $d > "$out/convs_torch_$d.log" 2>&1
+  done
+fi
+if has routes; then
+  for a in ${ROUTE_AMPS:-bf16 fp16}; do
+    for legacy in "" $([ "${LEGACY:-1}" = 0 ] || echo --legacy-convs); do
+      AMP=$a rn50 90 --steps 30 --cuda-graph $legacy > "$out/rn50_route_$a${legacy:+_legacy}.log" 2>&1
+    done
+  done
 fi
 if has trace; then
   NABLA_CUPTI_TRACE="$out/graph-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
@@ -43,6 +60,7 @@ if [ -f "$out/first.log" ]; then grep -E '^\[  FAILED|^\[  PASSED|Failure|fused 
 if [ -f "$out/cuda.log" ]; then echo "== suite: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+' "$out/cuda.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$out/cuda.log" | head; fi
 for f in "$out"/infer*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'infer: batch|rror' "$f" | cut -c1-200; sed -n '/^amp /,$p' "$f" | head -12; }; done
 for f in "$out"/rn50_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'img/s total|rror|nabla|torch|compile' "$f" | cut -c1-250 | tail -8; }; done
+for f in "$out"/convs_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'weighted|rror' "$f" | cut -c1-200; }; done
 for f in "$out"/graph-*.csv; do [ -s "$f" ] && python3 tools/cupti_trace/summarize.py --top 30 "$f" 2>&1 | cut -c1-150; done
 xz -T8 "$out"/*.csv 2>/dev/null
 true

@@ -5,7 +5,8 @@
 //    same (rounded) inputs;
 //  - benchmark mode against heuristics, deterministic mode run twice, mixed layouts;
 //  - every convolution of ResNet-50 (torchvision v1.5) at batch 32, forward and backward, in
-//    float32 NCHW (TF32 off) and float16 channels_last (benchmark mode), against cuDNN in
+//    float32 NCHW (TF32 off) and float16 and bfloat16 channels_last (benchmark mode, on the
+//    graph API and on the legacy calls), against cuDNN in
 //    float64 on the whole batch; the float64 results are in turn checked against the CPU
 //    backend on the first image (forward and grad_input; grad_weight sums the whole batch).
 // Errors are measured as max |actual - expected| / max |expected| per tensor.
@@ -36,6 +37,16 @@ class CudnnSwitches {
 
  private:
   bool benchmark_, tf32_, deterministic_;
+};
+
+// Sets set_cudnn_graph_api for a scope and restores it after.
+class GraphApi {
+ public:
+  explicit GraphApi(bool on) : saved_(cudnn_graph_api()) { set_cudnn_graph_api(on); }
+  ~GraphApi() { set_cudnn_graph_api(saved_); }
+
+ private:
+  bool saved_;
 };
 
 // max |actual - expected| <= tol * max |expected|, computed on expected's device.
@@ -181,10 +192,10 @@ TEST(CudaParityConv, BenchmarkModeMatchesHeuristicsAndCachesOncePerShape) {
         benchmarked = run_conv(x, w, b, g, o);
         const size_t after_first = ops::cuda::conv_algorithm_cache_size();
         again = run_conv(x, w, b, g, o);
-        // One search per direction on cuDNN's legacy API; a channels_last 16-bit forward with a
-        // bias runs on the fusion engines instead (the bias in its epilogue), with plans of its own.
-        const bool fused_forward = channels_last && dtype != kFloat32;
-        EXPECT_EQ(after_first, before + (fused_forward ? 2 : 3)) << "one search per direction";
+        // One search per direction on cuDNN's legacy API; channels_last 16-bit convolutions run
+        // on the graph API instead (the forward's bias in its epilogue), with plans of their own.
+        const bool graph = channels_last && dtype != kFloat32;
+        EXPECT_EQ(after_first, before + (graph ? 0 : 3)) << "one search per direction";
         EXPECT_EQ(ops::cuda::conv_algorithm_cache_size(), after_first) << "the second call hits the cache";
       }
       const std::string what = context("benchmark", dtype, channels_last ? "channels_last" : "NCHW");
@@ -305,10 +316,13 @@ TEST(CudaParityConv, EveryResNet50ConvolutionAtBatch32MatchesFloat64) {
   for (const ResNetConv& s : resnet50_convs()) {
     const Conv2dOptions o{.stride = s.stride, .padding = s.padding};
     const int64_t out = (s.h + 2 * s.padding - s.k) / s.stride + 1;
-    // Inputs drawn in float16, so every precision below sees the same values.
-    Tensor x16 = randn({kBatch, s.c, s.h, s.h}, on_gpu, &gen);
-    Tensor w16 = randn({s.o, s.c, s.k, s.k}, on_gpu, &gen) * (1.0 / std::sqrt(double(s.c * s.k * s.k)));
-    Tensor g16 = randn({kBatch, s.o, out, out}, on_gpu, &gen);
+    // Inputs drawn in bfloat16 and held in float16, so every precision below sees the same values.
+    const auto draw = [&](const Shape& sizes, double scale) {
+      return (randn(sizes, on_gpu, &gen) * scale).to(kBFloat16).to(kFloat16);
+    };
+    Tensor x16 = draw({kBatch, s.c, s.h, s.h}, 1.0);
+    Tensor w16 = draw({s.o, s.c, s.k, s.k}, 1.0 / std::sqrt(double(s.c * s.k * s.k)));
+    Tensor g16 = draw({kBatch, s.o, out, out}, 1.0);
     Result ref = run_conv(x16.to(kFloat64), w16.to(kFloat64), {}, g16.to(kFloat64), o);
 
     // The float64 reference against the CPU backend on the first image.
@@ -323,12 +337,18 @@ TEST(CudaParityConv, EveryResNet50ConvolutionAtBatch32MatchesFloat64) {
       Result r = run_conv(x16.to(kFloat32), w16.to(kFloat32), {}, g16.to(kFloat32), o);
       EXPECT_TRUE(results_close(r, ref, 1e-4)) << s.name << " float32 NCHW";
     }
-    {
-      CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/true);
-      constexpr auto kCl = MemoryFormat::ChannelsLast;
-      Result r = run_conv(x16.contiguous(kCl), w16.contiguous(kCl), {}, g16.contiguous(kCl), o);
-      EXPECT_TRUE(results_close(r, ref, 1e-2)) << s.name << " float16 channels_last";
-      EXPECT_EQ(r.y.suggest_memory_format(), kCl) << s.name;
+    // 16-bit channels_last on both routes (Note [Convolutions on the graph API]).
+    for (DType dtype : {kFloat16, kBFloat16}) {
+      for (bool graph_api : {true, false}) {
+        CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/true);
+        GraphApi route(graph_api);
+        constexpr auto kCl = MemoryFormat::ChannelsLast;
+        const auto in = [&](const Tensor& t) { return t.to(dtype).contiguous(kCl); };
+        Result r = run_conv(in(x16), in(w16), {}, in(g16), o);
+        const std::string what = context(s.name, dtype, graph_api ? "graph API" : "legacy calls");
+        EXPECT_TRUE(results_close(r, ref, dtype == kFloat16 ? 1e-2 : 2e-2)) << what;
+        EXPECT_EQ(r.y.suggest_memory_format(), kCl) << what;
+      }
     }
   }
 }
