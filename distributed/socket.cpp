@@ -129,8 +129,10 @@ Socket listen(uint16_t port) {
     int err = errno;
     if (err == EADDRINUSE) {
       throw Error(
-          fmt::format("store: port {} is already in use on this host; set MASTER_PORT to a "
-                      "free port (1024-65535), or stop the process that holds it",
+          fmt::format("store: port {} is already in use on this host; choose a free port (1024-65535), "
+                      "or stop the process that holds it. The store listens on MASTER_PORT, or on "
+                      "MASTER_PORT + 1 under nabla-run and torchrun, whose launchers hold MASTER_PORT "
+                      "(nabla-run's --master-port)",
                       port));
     }
     throw Error(fmt::format("store: cannot listen on port {}: {}", port, system_error(err)));
