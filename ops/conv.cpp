@@ -46,6 +46,7 @@ std::atomic<bool> tf32_on{true};
 std::atomic<bool> deterministic_on{false};
 std::atomic<bool> depthwise_on{true};
 std::atomic<bool> graph_api_on{true};
+std::atomic<bool> space_to_depth_on{true};
 
 std::string pair_str(Pair2 p) {
   return fmt::format("({}, {})", p[0], p[1]);
@@ -58,7 +59,8 @@ ops::cuda::CudnnSettings ops::cudnn_settings() {
           .allow_tf32 = cudnn_allow_tf32(),
           .deterministic = cudnn_deterministic(),
           .depthwise_kernels = depthwise_kernels(),
-          .graph_api = cudnn_graph_api()};
+          .graph_api = cudnn_graph_api(),
+          .space_to_depth = conv_space_to_depth()};
 }
 
 Shape ops::check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
@@ -449,6 +451,13 @@ void set_cudnn_graph_api(bool on) {
 }
 bool cudnn_graph_api() {
   return graph_api_on.load(std::memory_order_relaxed);
+}
+
+void set_conv_space_to_depth(bool on) {
+  space_to_depth_on.store(on, std::memory_order_relaxed);
+}
+bool conv_space_to_depth() {
+  return space_to_depth_on.load(std::memory_order_relaxed);
 }
 
 }  // namespace nabla

@@ -27,6 +27,12 @@
 //                                  its engines took 13-15% less time over ResNet-50's
 //                                  convolutions). Grouped ones always take the graph API;
 //                                  deterministic mode, the legacy calls.
+//   set_conv_space_to_depth(false) stride-2 bfloat16 channels_last convolutions of at most 4
+//                                  input channels (an image's stem) as they are, instead of
+//                                  as stride-1 convolutions of the 2x2-folded input (on by
+//                                  default: cuDNN has no fast bfloat16 kernel for the former;
+//                                  Note [Strided convolutions of few channels as
+//                                  space-to-depth] in ops/cuda/space_to_depth.cu).
 #pragma once
 
 #include <array>
@@ -103,5 +109,7 @@ void set_depthwise_kernels(bool on);
 bool depthwise_kernels();
 void set_cudnn_graph_api(bool on);
 bool cudnn_graph_api();
+void set_conv_space_to_depth(bool on);
+bool conv_space_to_depth();
 
 }  // namespace nabla

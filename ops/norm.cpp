@@ -223,7 +223,7 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
       writable = dy.impl_ptr().use_count() == 1 && dy.storage().use_count() == 1;
     }
     g.dresidual = saved.add ? (writable ? dy : empty_like_layout(x)) : Tensor();
-    const bool dx_over_dy = !saved.add && writable && saved.impl == ops::cuda::BatchNormImpl::Kernel;
+    const bool dx_over_dy = !saved.add && writable && ops::cuda::on_kernels(saved.impl);
     g.dx = dx_over_dy ? dy : empty_like_layout(x);
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);

@@ -12,6 +12,16 @@
 // coefficients for the elementwise pass, which moves 8/4/2 elements per load where the layout
 // allows (for_each_vector). Float16/bfloat16 compute in float; the statistics are float (double
 // for float64).
+//
+// Note [The ReLU's mask from x]
+// The backward of relu(bn(x)) masks dy where the output was zero. Reading the output y for that
+// costs a pass over an activation in each of the backward's two kernels: seven passes in all
+// (dy, x, y; dy, x, y, dx). When nabla's forward kernel wrote y, the backward recomputes the
+// mask from x instead, batch_normalized(x) > 0 with the forward's own coefficients and formula,
+// so it is the same mask bit for bit: five passes. (A float below bfloat16's smallest subnormal
+// would round to a zero y yet count as positive here; the forward works in float, where such a
+// value is itself a zero or a subnormal.) relu(bn(x) + z) still reads y, and the masked
+// gradient written by its sums pass, z's, replaces dy and y in its dx pass.
 #include "nabla/ops/cuda/batch_norm_sums.cuh"
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
@@ -28,9 +38,20 @@ using namespace batch_norm_detail;
 //  forward  (K = 3): y = (x - mean) * scale + shift, scale = invstd * w, shift = b;
 //  backward (K = 5): dx = (g - g_mean - (x - mean) * proj) * invstd * w, g_mean = mean(g),
 //                    proj = mean(g * (x - mean)) * invstd^2 (invstd and w apart, so dx rounds
-//                    as it did when each element looked them up).
+//                    as it did when each element looked them up);
+//            (K = 7): and the forward's scale and shift, for the ReLU's mask from x.
 enum ForwardCoef { kMean, kScale, kShift, kForwardCoefs };
-enum BackwardCoef { kXMean, kGradMean, kProj, kInvstd, kWeight, kBackwardCoefs };
+enum BackwardCoef {
+  kXMean,
+  kGradMean,
+  kProj,
+  kInvstd,
+  kWeight,
+  kBackwardCoefs,
+  kFwdScale = kBackwardCoefs,
+  kFwdShift,
+  kBackwardMaskCoefs
+};
 
 template <typename T>
 __global__ void stats_finalize_kernel(const opmath_t<T>* __restrict__ partial, int64_t splits,
@@ -81,7 +102,8 @@ __global__ void inference_coef_kernel(const A* __restrict__ running_mean, const 
 template <typename A>
 __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t splits, int64_t channels,
                                      int64_t count, const A* __restrict__ mean, const A* __restrict__ invstd,
-                                     const A* __restrict__ w, A* __restrict__ coef, A* dweight, A* dbias) {
+                                     const A* __restrict__ w, const A* __restrict__ b, bool mask_from_x,
+                                     A* __restrict__ coef, A* dweight, A* dbias) {
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
@@ -93,6 +115,10 @@ __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t spli
   coef[kProj * channels + c] = s1 / n * is * is;
   coef[kInvstd * channels + c] = is;
   coef[kWeight * channels + c] = w ? w[c] : A(1);
+  if (mask_from_x) {  // as stats_finalize_kernel made them
+    coef[kFwdScale * channels + c] = w ? is * w[c] : is;
+    coef[kFwdShift * channels + c] = b ? b[c] : A(0);
+  }
   if (dweight) dweight[c] = s1 * is;
   if (dbias) dbias[c] = s0;
 }
@@ -101,44 +127,74 @@ __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t spli
 
 // y = (x - mean) * scale + shift per channel; the fused variants add z and/or apply a ReLU to it.
 template <typename T, int V>
-__global__ void normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
-                                 int64_t inner, const opmath_t<T>* __restrict__ coef, const T* __restrict__ z,
-                                 bool relu) {
+__global__ void __launch_bounds__(kBlockSize, 2)
+    normalize_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t numel, int64_t channels,
+                     int64_t inner, const opmath_t<T>* __restrict__ coef, const T* __restrict__ z,
+                     bool relu) {
   using A = opmath_t<T>;
-  for_each_vector<A, V, kForwardCoefs>(numel, channels, inner, coef,
-                                       [&](int64_t off, const ChannelCoefs<A, V, kForwardCoefs>& k) {
-                                         A v[V];
-                                         load_vec<T, V>(x + off, v);
+  Vec<T, V> xr[kRowsInFlight], zr[kRowsInFlight];
+  for_each_vector_batched<A, V, kForwardCoefs>(
+      numel, channels, inner, coef,
+      [&](int64_t off, int u) {
+        xr[u] = load_raw<T, V>(x + off);
+        if (z) zr[u] = load_raw<T, V>(z + off);
+      },
+      [&](int64_t off, int u, const ChannelCoefs<A, V, kForwardCoefs>& k) {
+        A v[V];
+        widen<T, V>(xr[u], v);
 #pragma unroll
-                                         for (int j = 0; j < V; ++j)
-                                           v[j] = (v[j] - k.v[kMean][j]) * k.v[kScale][j] + k.v[kShift][j];
-                                         if (z) {
-                                           A zv[V];
-                                           load_vec<T, V>(z + off, zv);
+        for (int j = 0; j < V; ++j)
+          v[j] = batch_normalized(v[j], k.v[kMean][j], k.v[kScale][j], k.v[kShift][j]);
+        if (z) {
+          A zv[V];
+          widen<T, V>(zr[u], zv);
 #pragma unroll
-                                           for (int j = 0; j < V; ++j) v[j] += zv[j];
-                                         }
-                                         if (relu) {
+          for (int j = 0; j < V; ++j) v[j] += zv[j];
+        }
+        if (relu) {
 #pragma unroll
-                                           for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
-                                         }
-                                         store_vec<T, V>(y + off, v);
-                                       });
+          for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
+        }
+        store_vec<T, V>(y + off, v);
+      });
 }
 
 // dx = (g - mean(g) - (x - mean) * proj) * invstd * w (the coefficients above), g = dy masked by
-// the fused ReLU's output y when there is one; dz = g for the fused add. dx or dz may be dy
-// itself (ops/norm.cpp, fused_backward): each thread reads its elements before it writes them.
-template <typename T, int V>
-__global__ void grad_input_kernel(const T* dy, const T* __restrict__ x, T* dx, int64_t numel,
-                                  int64_t channels, int64_t inner, const opmath_t<T>* __restrict__ coef,
-                                  const T* __restrict__ relu_y, T* dz) {
+// the fused ReLU's output y when there is one, or by the mask recomputed from x (MaskFromX);
+// dz = g for the fused add. dx or dz may be dy itself (ops/norm.cpp, fused_backward): each
+// thread reads its elements before it writes them.
+template <typename T, int V, bool MaskFromX>
+__global__ void __launch_bounds__(kBlockSize, 2)
+    grad_input_kernel(const T* dy, const T* __restrict__ x, T* dx, int64_t numel, int64_t channels,
+                      int64_t inner, const opmath_t<T>* __restrict__ coef, const T* __restrict__ relu_y,
+                      T* dz) {
   using A = opmath_t<T>;
-  for_each_vector<A, V, kBackwardCoefs>(
-      numel, channels, inner, coef, [&](int64_t off, const ChannelCoefs<A, V, kBackwardCoefs>& k) {
+  constexpr int K = MaskFromX ? kBackwardMaskCoefs : kBackwardCoefs;
+  Vec<T, V> dyr[kRowsInFlight], xr[kRowsInFlight], yr[kRowsInFlight];
+  for_each_vector_batched<A, V, K>(
+      numel, channels, inner, coef,
+      [&](int64_t off, int u) {
+        dyr[u] = load_raw<T, V>(dy + off);
+        xr[u] = load_raw<T, V>(x + off);
+        if (relu_y) yr[u] = load_raw<T, V>(relu_y + off);
+      },
+      [&](int64_t off, int u, const ChannelCoefs<A, V, K>& k) {
         A gv[V], xv[V];
-        load_grad<T, V>(dy, relu_y, off, gv);
-        load_vec<T, V>(x + off, xv);
+        widen<T, V>(dyr[u], gv);
+        widen<T, V>(xr[u], xv);
+        if (relu_y) {
+          A yv[V];
+          widen<T, V>(yr[u], yv);
+#pragma unroll
+          for (int j = 0; j < V; ++j) gv[j] = yv[j] > A(0) ? gv[j] : A(0);
+        }
+        if constexpr (MaskFromX) {
+#pragma unroll
+          for (int j = 0; j < V; ++j) {
+            const A pre = batch_normalized(xv[j], k.v[kXMean][j], k.v[kFwdScale][j], k.v[kFwdShift][j]);
+            gv[j] = pre > A(0) ? gv[j] : A(0);
+          }
+        }
         if (dz) store_vec<T, V>(dz + off, gv);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
@@ -203,11 +259,15 @@ void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, dou
 
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                 const BatchNormStats& stats, const BatchNormGrads& grads,
-                                const Tensor& relu_y) {
+                                const Tensor& relu_y, const ReluMaskFromX& mask_from_x) {
   const ChannelBlocks b = blocks_of(x);
   if (b.channels == 0) return;
+  NABLA_ASSERT(!mask_from_x.on || (!relu_y.defined() && !grads.dresidual.defined()),
+               "batch_norm_backward_kernel: the mask from x is relu(bn(x))'s, with no residual and no y");
   const cudaStream_t stream = stream_for(x);
-  const Tensor coef = Tensor::empty({kBackwardCoefs * b.channels}, stats.mean.options());
+  const bool from_x = mask_from_x.on;
+  const Tensor coef =
+      Tensor::empty({(from_x ? kBackwardMaskCoefs : kBackwardCoefs) * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(x.dtype(), "batch_norm_backward", [&]<typename T>() {
     using A = opmath_t<T>;
     const auto* xp = static_cast<const T*>(x.data_ptr());
@@ -220,20 +280,33 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     // the dx pass reads g instead of dy and y (one pass fewer over the activation).
     const bool mask_in_sums = yp != nullptr && dzp != nullptr && dxp != nullptr;
     int64_t splits = 0;
-    const Tensor partial =
-        channel_sums<T>(GradTerms<T>{dyp, xp, yp, ptr<A>(stats.mean), mask_in_sums ? dzp : nullptr}, b, vec,
-                        stats.mean, stream, &splits);
+    GradTerms<T> terms{dyp, xp, yp, ptr<A>(stats.mean), mask_in_sums ? dzp : nullptr};
+    if (from_x) {
+      terms.invstd = ptr<A>(stats.invstd);
+      terms.weight = ptr<A>(weight);
+      terms.bias = ptr<A>(mask_from_x.bias);
+    }
+    const Tensor partial = channel_sums<T>(terms, b, vec, stats.mean, stream, &splits);
     grad_finalize_kernel<A><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
         ptr<A>(partial), splits, b.channels, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
-        ptr<A>(weight), ptr<A>(coef), ptr<A>(grads.dweight), ptr<A>(grads.dbias));
+        ptr<A>(weight), ptr<A>(mask_from_x.bias), from_x, ptr<A>(coef), ptr<A>(grads.dweight),
+        ptr<A>(grads.dbias));
     NABLA_CUDA_CHECK_LAUNCH();
     NABLA_ASSERT(dxp || !dzp, "batch_norm_backward_kernel: dresidual without dx");
     if (!dxp) return;
     const int64_t numel = x.numel();
     with_width<T>(vec, [&]<int V>() {
-      grad_input_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
-          mask_in_sums ? dzp : dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef),
-          mask_in_sums ? nullptr : yp, mask_in_sums ? nullptr : dzp);
+      const auto launch = [&]<bool MaskFromX>() {
+        grad_input_kernel<T, V, MaskFromX>
+            <<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+                mask_in_sums ? dzp : dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef),
+                mask_in_sums ? nullptr : yp, mask_in_sums ? nullptr : dzp);
+      };
+      if (from_x) {
+        launch.template operator()<true>();
+      } else {
+        launch.template operator()<false>();
+      }
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });

@@ -21,7 +21,12 @@
 // and from 85.4 to 60.7 ms in float16 when they moved (docs/performance.md, session 6). Also
 // float32 channels_last training, plain and fused: nabla's channels_last kernels took that
 // ResNet-50 step from 81.5 to 74.5 ms (session 7), while in float16/bfloat16 cuDNN's NHWC kernels
-// stayed faster (36.1 against 50.4 ms), so 16-bit channels_last training stays on cuDNN. Also
+// stayed faster (36.1 against 50.4 ms), so 16-bit channels_last training stays on cuDNN. It still
+// does after session 21, when nabla's kernels kept two rows' loads in flight and relu(bn(x))'s
+// backward recomputed the ReLU's mask from x (five passes over activations, not seven):
+// weighted over ResNet-50's shapes in bfloat16, nabla's forward took 5.14 ms and backward
+// 8.68 ms against cuDNN's 5.67 and 7.79, and the bfloat16 step went from 34.54 to 35.36 ms with
+// relu(bn(x)) on nabla's kernels (docs/performance.md). Also
 // bfloat16 eval (PyTorch's cuDNN path leaves bfloat16 out altogether), batches past cuDNN's
 // limits (N > 880801 in training, > 65535 in eval), more than 2^31 elements, and any call cuDNN
 // answers with a NOT_SUPPORTED status (checked before it runs anything). Those run on nabla's
@@ -231,7 +236,7 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
                          const BatchNormForward& forward, double eps, const BatchNormGrads& grads) {
-  if (forward.impl != BatchNormImpl::Kernel) {
+  if (!on_kernels(forward.impl)) {
     nabla::cuda::DeviceGuard device(x.device().index);
     const BatchNormGrads g = with_all_param_grads(grads, x, stats);
     const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
@@ -251,9 +256,19 @@ std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& 
   const Tensor& x = in.x;
   if (!is_nhwc(x) || training_on_kernels(x)) {
     batch_norm_forward_kernel(in, y, stats, momentum, eps, z, /*relu=*/true);
-    return BatchNormForward{.impl = BatchNormImpl::Kernel, .reserve = Tensor(), .persistent = false};
+    return BatchNormForward{.impl = z.defined() ? BatchNormImpl::Kernel : BatchNormImpl::KernelReluFromX,
+                            .reserve = Tensor(),
+                            .persistent = false};
   }
-  if (x.size(0) > 880801 || x.numel() >= INT_MAX || eps < CUDNN_BN_MIN_EPSILON) return std::nullopt;
+  return batch_norm_fused_forward_cudnn(in, z, y, stats, momentum, eps);
+}
+
+std::optional<BatchNormForward> batch_norm_fused_forward_cudnn(const BatchNormInputs& in, const Tensor& z,
+                                                               const Tensor& y, const BatchNormStats& stats,
+                                                               double momentum, double eps) {
+  const Tensor& x = in.x;
+  if (!is_nhwc(x) || x.size(0) > 880801 || x.numel() >= INT_MAX || eps < CUDNN_BN_MIN_EPSILON)
+    return std::nullopt;
   nabla::cuda::DeviceGuard device(x.device().index);
   const ReluDescriptor relu;
   const auto ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
@@ -265,6 +280,10 @@ std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& 
 
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, double eps,
                                const BatchNormGrads& grads) {
+  if (s.impl == BatchNormImpl::KernelReluFromX) {
+    batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, {}, {.on = true, .bias = s.bias});
+    return;
+  }
   if (s.impl == BatchNormImpl::Kernel) {
     batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
     return;

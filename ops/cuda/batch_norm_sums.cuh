@@ -15,12 +15,14 @@ constexpr int kSumThreads = 256;  // threads of every partial-sum block
 // ---- per-channel sums ----------------------------------------------------------------------
 //
 // A Terms type says what two sums to take per channel: prepare(c) loads what the channel's
-// terms share; add() accumulates V elements of one channel (contiguous x), add_lanes() V
-// elements of V consecutive channels (channels_last x), each into its own pair of sums.
+// terms share (a Pre); add() accumulates V elements of one channel (contiguous x); load() and
+// accumulate() take V elements of V consecutive channels (channels_last x), each into its own
+// pair of sums, in two steps: the raw vectors into a Loaded, then their terms.
 
 template <typename T>
 struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the channel's first x
   using A = opmath_t<T>;
+  using Pre = A;
   const T* x;
   int64_t inner;
   __device__ A prepare(int64_t c) const { return load_as_opmath(x[c * inner]); }
@@ -36,9 +38,17 @@ struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the c
     }
   }
   template <int V>
-  __device__ void add_lanes(int64_t off, const A (&k)[V], A (&s0)[V], A (&s1)[V]) const {
+  struct Loaded {
+    Vec<T, V> x;
+  };
+  template <int V>
+  __device__ void load(int64_t off, Loaded<V>& l) const {
+    l.x = load_raw<T, V>(x + off);
+  }
+  template <int V>
+  __device__ void accumulate(int64_t, const Loaded<V>& l, const A (&k)[V], A (&s0)[V], A (&s1)[V]) const {
     A v[V];
-    load_vec<T, V>(x + off, v);
+    widen<T, V>(l.x, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const A d = v[j] - k[j];
@@ -49,38 +59,85 @@ struct StatsTerms {  // shifted sums of x: sum(x - k), sum((x - k)^2), k = the c
 };
 
 template <typename T>
-struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused ReLU's output
+struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused ReLU
   using A = opmath_t<T>;
+  struct Pre {
+    A mean, scale, shift;  // scale and shift: the forward's, where the mask is recomputed
+  };
   const T* dy;
   const T* x;
-  const T* relu_y;  // null: no ReLU
+  const T* relu_y;  // the ReLU's output, whose zeros mask dy; null: no mask from y
   const A* mean;
   // Non-null: g is also written here as it is read (the residual's gradient, so the dx pass
   // reads g instead of dy and y). May be dy itself: each element is read before it is written.
   T* masked_out = nullptr;
-  __device__ A prepare(int64_t c) const { return mean[c]; }
+  // Non-null: the ReLU's mask recomputed from x, where batch_normalized(x) > 0 with the
+  // forward's coefficients invstd * weight and bias (weight and bias may be null: ones, zeros),
+  // instead of read from y (Note [The ReLU's mask from x] in batch_norm.cu).
+  const A* invstd = nullptr;
+  const A* weight = nullptr;
+  const A* bias = nullptr;
+  __device__ Pre prepare(int64_t c) const {
+    Pre p{mean[c], A(0), A(0)};
+    if (invstd) {
+      p.scale = weight ? invstd[c] * weight[c] : invstd[c];
+      p.shift = bias ? bias[c] : A(0);
+    }
+    return p;
+  }
+  // One vector's raw loads, apart from their use (row_sums_kernel keeps several in flight).
   template <int V>
-  __device__ void add(int64_t off, A m, A& s0, A& s1) const {
-    A g[V], v[V];
-    load_grad<T, V>(dy, relu_y, off, g);
+  struct Loaded {
+    Vec<T, V> dy, x, y;
+  };
+  template <int V>
+  __device__ void load(int64_t off, Loaded<V>& l) const {
+    l.dy = load_raw<T, V>(dy + off);
+    l.x = load_raw<T, V>(x + off);
+    if (relu_y) l.y = load_raw<T, V>(relu_y + off);
+  }
+  // g from the loaded values (masked; written to masked_out), and x.
+  template <int V>
+  __device__ void masked(int64_t off, const Loaded<V>& l, const Pre (&p)[V], A (&g)[V], A (&v)[V]) const {
+    widen<T, V>(l.dy, g);
+    widen<T, V>(l.x, v);
+    if (relu_y) {
+      A y[V];
+      widen<T, V>(l.y, y);
+#pragma unroll
+      for (int j = 0; j < V; ++j) g[j] = y[j] > A(0) ? g[j] : A(0);
+    }
+    if (invstd) {
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        g[j] = batch_normalized(v[j], p[j].mean, p[j].scale, p[j].shift) > A(0) ? g[j] : A(0);
+    }
     if (masked_out) store_vec<T, V>(masked_out + off, g);
-    load_vec<T, V>(x + off, v);
+  }
+  template <int V>
+  __device__ void add(int64_t off, const Pre& p, A& s0, A& s1) const {
+    Pre ps[V];
+#pragma unroll
+    for (int j = 0; j < V; ++j) ps[j] = p;
+    Loaded<V> l;
+    load<V>(off, l);
+    A g[V], v[V];
+    masked<V>(off, l, ps, g, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       s0 += g[j];
-      s1 += g[j] * (v[j] - m);
+      s1 += g[j] * (v[j] - p.mean);
     }
   }
   template <int V>
-  __device__ void add_lanes(int64_t off, const A (&m)[V], A (&s0)[V], A (&s1)[V]) const {
+  __device__ void accumulate(int64_t off, const Loaded<V>& l, const Pre (&p)[V], A (&s0)[V],
+                             A (&s1)[V]) const {
     A g[V], v[V];
-    load_grad<T, V>(dy, relu_y, off, g);
-    if (masked_out) store_vec<T, V>(masked_out + off, g);
-    load_vec<T, V>(x + off, v);
+    masked<V>(off, l, p, g, v);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       s0[j] += g[j];
-      s1[j] += g[j] * (v[j] - m[j]);
+      s1[j] += g[j] * (v[j] - p[j].mean);
     }
   }
 };
@@ -113,7 +170,7 @@ __global__ void __launch_bounds__(kSumThreads)
   const int64_t c = blockIdx.x, split = blockIdx.y;
   const int64_t row_units = inner / V, units = outer * row_units;
   const int64_t end = std::min(units, (split + 1) * chunk);
-  const A pre = terms.prepare(c);
+  const typename Terms::Pre pre = terms.prepare(c);
   A s[2] = {A(0), A(0)};
   int64_t u = split * chunk + threadIdx.x;
   // (n, i) of unit u, stepped without a division per unit.
@@ -150,7 +207,7 @@ inline RowTiles row_tiles(int64_t channels, int vec) {
 }
 
 template <typename T, int V, typename Terms>
-__global__ void __launch_bounds__(kSumThreads)
+__global__ void __launch_bounds__(kSumThreads, 2)
     row_sums_kernel(Terms terms, int64_t rows, int64_t channels, int lanes, int tile_rows, int64_t chunk,
                     opmath_t<T>* __restrict__ partial) {
   using A = opmath_t<T>;
@@ -163,11 +220,27 @@ __global__ void __launch_bounds__(kSumThreads)
 #pragma unroll
   for (int j = 0; j < V; ++j) s0[j] = s1[j] = A(0);
   if (active) {
-    A pre[V];
+    typename Terms::Pre pre[V];
 #pragma unroll
     for (int j = 0; j < V; ++j) pre[j] = terms.prepare(c0 + j);
-    for (int64_t r = split * chunk + row; r < end; r += tile_rows)
-      terms.template add_lanes<V>(r * channels + c0, pre, s0, s1);
+    // kRowsInFlight rows' loads issued together, then used in row order (the sums' order is
+    // the one-row loop's).
+    using Loaded = typename Terms::template Loaded<V>;
+    const int64_t step = tile_rows;
+    int64_t r = split * chunk + row;
+    for (; r + (kRowsInFlight - 1) * step < end; r += kRowsInFlight * step) {
+      Loaded l[kRowsInFlight];
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) terms.template load<V>((r + u * step) * channels + c0, l[u]);
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u)
+        terms.template accumulate<V>((r + u * step) * channels + c0, l[u], pre, s0, s1);
+    }
+    for (; r < end; r += step) {
+      Loaded l;
+      terms.template load<V>(r * channels + c0, l);
+      terms.template accumulate<V>(r * channels + c0, l, pre, s0, s1);
+    }
   }
 #pragma unroll
   for (int j = 0; j < V; ++j) {

@@ -24,6 +24,18 @@ __device__ __forceinline__ void load_vec(const T* p, opmath_t<T> (&out)[V]) {
   for (int j = 0; j < V; ++j) out[j] = load_as_opmath(in.v[j]);
 }
 
+// The raw load, for loops that issue several rows' loads before they use any (kRowsInFlight).
+template <typename T, int V>
+__device__ __forceinline__ Vec<T, V> load_raw(const T* p) {
+  return *reinterpret_cast<const Vec<T, V>*>(p);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void widen(const Vec<T, V>& in, opmath_t<T> (&out)[V]) {
+#pragma unroll
+  for (int j = 0; j < V; ++j) out[j] = load_as_opmath(in.v[j]);
+}
+
 template <typename T, int V>
 __device__ __forceinline__ void store_vec(T* p, const opmath_t<T> (&in)[V]) {
   Vec<T, V> out;
@@ -70,6 +82,14 @@ void with_width(int v, Fn&& fn) {
   fn.template operator()<1>();
 }
 
+// The normalized value before the fused ReLU, (x - mean) * scale + shift, as one fused
+// multiply-add: the forward writes it and a backward that recomputes the ReLU's mask from x
+// (GradTerms) must get the same sign bit for bit, so both call this.
+template <typename A>
+__device__ __forceinline__ A batch_normalized(A x, A mean, A scale, A shift) {
+  return fma(x - mean, scale, shift);
+}
+
 // dy through a ReLU whose output was y (zero where y <= 0); dy itself without one.
 template <typename T, int V>
 __device__ __forceinline__ void load_grad(const T* dy, const T* relu_y, int64_t off, opmath_t<T> (&g)[V]) {
@@ -106,6 +126,49 @@ inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inne
   const int64_t row_vectors = inner == 1 ? channels / vec : 1;
   return std::max(blocks_for(numel / vec, 4),
                   static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize));
+}
+
+// Rows of a channels_last activation whose loads a thread issues together before it uses any of
+// them. One row at a time left too few bytes in flight to reach the H200's bandwidth: a
+// backward pass over ResNet-50's batch norms ran at about 3 TB/s (docs/performance.md,
+// session 21).
+inline constexpr int kRowsInFlight = 2;
+
+// for_each_vector in two steps: load(offset, u) for up to kRowsInFlight vectors, then
+// finish(offset, u, coefs) for each, u naming the slot of the caller's per-row registers. A
+// thread's finish may store over what its own load read (dx over dy), never over another
+// vector's.
+template <typename A, int V, int K, typename Load, typename Finish>
+__device__ __forceinline__ void for_each_vector_batched(int64_t numel, int64_t channels, int64_t inner,
+                                                        const A* __restrict__ coef, Load&& load,
+                                                        Finish&& finish) {
+  const int64_t tid = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t threads = int64_t{gridDim.x} * blockDim.x;
+  ChannelCoefs<A, V, K> k;
+  if (inner == 1) {
+    const int64_t cols = channels / V, rows = numel / channels;
+    const int64_t row_step = threads / cols;  // >= 1 (elementwise_blocks)
+    if (tid >= row_step * cols) return;
+    const int64_t col = tid % cols;
+    k.load_row(coef, channels, col * V);
+    int64_t r = tid / cols;
+    for (; r + (kRowsInFlight - 1) * row_step < rows; r += kRowsInFlight * row_step) {
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) load((r + u * row_step) * channels + col * V, u);
+#pragma unroll
+      for (int u = 0; u < kRowsInFlight; ++u) finish((r + u * row_step) * channels + col * V, u, k);
+    }
+    for (; r < rows; r += row_step) {
+      load(r * channels + col * V, 0);
+      finish(r * channels + col * V, 0, k);
+    }
+    return;
+  }
+  for (int64_t g = tid; g < numel / V; g += threads) {
+    k.load_plane(coef, channels, (g * V / inner) % channels);
+    load(g * V, 0);
+    finish(g * V, 0, k);
+  }
 }
 
 // Calls body(offset, coefs) for every V-element vector of x's layout, with its channels'

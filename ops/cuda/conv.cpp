@@ -455,6 +455,10 @@ bool on_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, con
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                     const ConvParams& p, const CudnnSettings& settings) {
+  if (takes_space_to_depth(x, w, y, p, settings)) {
+    conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, settings);
+    return;
+  }
   if (is_pointwise_gemm(x, w, p)) {
     gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y),
          {.bias = bias, .allow_tf32 = settings.allow_tf32});
@@ -479,6 +483,10 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const bool nhwc = check_layouts("conv2d_relu", x, w, y);
   if (residual.defined() && (residual.strides() != y.strides() || residual.dtype() != y.dtype()))
     return false;
+  if (takes_space_to_depth(x, w, y, params, settings)) {
+    return conv2d_forward_relu(space_to_depth_input(x, w, y, params), space_to_depth_weight(w), bias,
+                               residual, y, {}, settings);
+  }
   // Note [Few input channels]: cuDNN has no fast kernel for a channels_last 16-bit convolution
   // of an image (3 channels): at batch 16, ResNet-50's folded stem took 200 us of a 1.07 ms
   // forward on a generic one. Zero channels up to 8 make it an ordinary implicit GEMM, which
@@ -555,6 +563,15 @@ bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, con
 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
                             const CudnnSettings& settings) {
+  if (takes_space_to_depth(x, grad_w, grad_y, p, settings)) {
+    const Tensor folded_x = space_to_depth_input(x, grad_w, grad_y, p);
+    const Tensor folded = Tensor::empty(
+        {grad_w.size(0), folded_x.size(1), (grad_w.size(2) + 1) / 2, (grad_w.size(3) + 1) / 2},
+        {.dtype = grad_w.dtype(), .device = grad_w.device(), .memory_format = MemoryFormat::ChannelsLast});
+    conv2d_backward_weight(grad_y, folded_x, folded, {}, settings);
+    weight_grad_from_space_to_depth(folded, grad_w);
+    return;
+  }
   if (is_pointwise_gemm(x, grad_w, p)) {
     gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = settings.allow_tf32});
     return;

@@ -18,6 +18,7 @@ struct CudnnSettings {
   bool deterministic = false;     // only algorithms with run-to-run identical results
   bool depthwise_kernels = true;  // stride-2 depthwise data gradients on nabla's kernel
   bool graph_api = true;          // ungrouped 16-bit channels_last convolutions on the graph API
+  bool space_to_depth = true;     // stride-2 bfloat16 convolutions of <= 4 channels folded to stride 1
 };
 
 // y = conv(x, w) + bias (bias (O) or undefined).
@@ -53,6 +54,16 @@ bool depthwise_conv2d_backward_input_supported(const Tensor& grad_x, const Tenso
                                                const ConvParams& p);
 void depthwise_conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
                                      const ConvParams& p);
+
+// Note [Strided convolutions of few channels as space-to-depth] (space_to_depth.cu): whether
+// conv(x, w) -> y folds into a stride-1 convolution of space_to_depth_input(x, ...) with
+// space_to_depth_weight(w), no padding (channels_last bfloat16 x of at most 4 channels, stride 2).
+// grad_w takes weight_grad_from_space_to_depth of the folded convolution's weight gradient.
+bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p,
+                          const CudnnSettings& settings);
+Tensor space_to_depth_input(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p);
+Tensor space_to_depth_weight(const Tensor& w);
+void weight_grad_from_space_to_depth(const Tensor& folded, const Tensor& grad_w);
 
 // Forgets every cached algorithm choice (tests; a changed workspace budget).
 void clear_conv_algorithm_cache();

@@ -11,7 +11,7 @@ namespace nabla::ops::cuda {
 bool is_gemm_operand(const Tensor& t);
 
 struct GemmOptions {
-  Tensor bias;              // (M) added to every row of the output, or undefined
+  Tensor bias = {};         // (M) added to every row of the output, or undefined
   bool allow_tf32 = false;  // float32 only: CUBLAS_COMPUTE_32F_FAST_TF32 instead of CUBLAS_COMPUTE_32F
   // 2-d products without a bias only, at most one of the two: (N) sums over K of a's rows, or
   // (M) sums over K of b's columns, written by the product's epilogue (a linear layer's bias

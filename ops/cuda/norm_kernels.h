@@ -20,9 +20,16 @@ using BatchNormInputs = cpu::BatchNormInputs;
 using BatchNormStats = cpu::BatchNormStats;
 
 enum class BatchNormImpl : uint8_t {
-  Kernel,   // nabla's kernels (batch_norm.cu)
+  Kernel,  // nabla's kernels (batch_norm.cu)
+  // nabla's forward kernel ran relu(bn(x)) (no residual): the backward recomputes the ReLU's
+  // mask from x (Note [The ReLU's mask from x] in batch_norm.cu) instead of reading y.
+  KernelReluFromX,
   CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
 };
+
+inline bool on_kernels(BatchNormImpl impl) {
+  return impl != BatchNormImpl::CudnnEx;
+}
 
 struct BatchNormForward {
   BatchNormImpl impl = BatchNormImpl::Kernel;
@@ -46,23 +53,34 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
 // forwards that ran on them). Same contracts as the CPU kernels, plus the fused variants: the
 // forward adds z (defined: x's shape and layout) and/or applies a ReLU; the backward takes that
 // ReLU's output y as relu_y (the gradient is masked where y <= 0) and writes the masked gradient
-// to grads.dresidual when that is defined.
+// to grads.dresidual when that is defined. Or, for relu(bn(x)) whose forward ran on
+// batch_norm_forward_kernel, it recomputes the mask from x (mask_from_x.on; relu_y and
+// grads.dresidual undefined), which takes the batch norm's bias too (undefined: zeros).
+struct ReluMaskFromX {
+  bool on = false;
+  Tensor bias;
+};
 void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
                                double momentum, double eps, const Tensor& z = {}, bool relu = false);
 void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, double eps);
 void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                 const BatchNormStats& stats, const BatchNormGrads& grads,
-                                const Tensor& relu_y = {});
+                                const Tensor& relu_y = {}, const ReluMaskFromX& mask_from_x = {});
 
 // The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
 // share a layout. Channels_last float16/bfloat16 runs as one cuDNN Ex call (weight and bias must
 // be defined there); contiguous x and channels_last float32 as nabla's kernels (the statistics,
-// then one elementwise pass).
+// then one elementwise pass; without z, the backward recomputes the ReLU's mask from x).
 // Returns what ran, or nullopt, having written nothing, for a channels_last call cuDNN cannot run
 // (the caller then composes the unfused ops).
 std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,
                                                          const Tensor& y, const BatchNormStats& stats,
                                                          double momentum, double eps);
+// The cuDNN Ex call of batch_norm_fused_forward for any channels_last x and z (benchmarks compare
+// it with the kernels). nullopt, having written nothing, where cuDNN cannot run it.
+std::optional<BatchNormForward> batch_norm_fused_forward_cudnn(const BatchNormInputs& in, const Tensor& z,
+                                                               const Tensor& y, const BatchNormStats& stats,
+                                                               double momentum, double eps);
 
 // What the fused forward leaves for its backward.
 struct FusedBatchNormSaved {

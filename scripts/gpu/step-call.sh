@@ -11,7 +11,8 @@
 # bfloat16 beside them; convs = every ResNet-50 convolution in float16 and bfloat16, nabla's
 # routes (bench/nabla_bench_conv, in the bundle) and PyTorch's (bench/torch_conv_shapes.py);
 # routes = the graphed step in float16 and bfloat16 with and without --legacy-convs (ROUTE_AMPS,
-# default "bf16 fp16"; LEGACY=0 leaves the legacy runs out). AMP (fp16)
+# default "bf16 fp16"; LEGACY=0 leaves the legacy runs out); s2d = the graphed step in ROUTE_AMPS
+# with and without --no-space-to-depth; stem = nabla_bench_conv's stem rows. AMP (fp16)
 # sets train's and trace's precision. Logs under $OUT; a short summary last.
 set -uo pipefail
 parts=${PARTS:-first,suite,train,trace}
@@ -40,6 +41,16 @@ if has routes; then
     done
   done
 fi
+if has s2d; then
+  for a in ${ROUTE_AMPS:-bf16 fp16}; do
+    for flag in "" --no-space-to-depth; do
+      AMP=$a rn50 90 --steps 30 --cuda-graph $flag > "$out/rn50_s2d_$a${flag:+_off}.log" 2>&1
+    done
+  done
+fi
+if has stem; then
+  for d in fp16 bf16; do timeout 150 "$x/bench/nabla_bench_conv" 256 20 $d > "$out/stem_$d.log" 2>&1; done
+fi
 if has trace; then
   NABLA_CUPTI_TRACE="$out/graph-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     rn50 90 --warmup 8 --steps 6 --cuda-graph > "$out/trace.log" 2>&1
@@ -60,6 +71,7 @@ if [ -f "$out/first.log" ]; then grep -E '^\[  FAILED|^\[  PASSED|Failure|fused 
 if [ -f "$out/cuda.log" ]; then echo "== suite: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+' "$out/cuda.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$out/cuda.log" | head; fi
 for f in "$out"/infer*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'infer: batch|rror' "$f" | cut -c1-200; sed -n '/^amp /,$p' "$f" | head -12; }; done
 for f in "$out"/rn50_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'img/s total|rror|nabla|torch|compile' "$f" | cut -c1-250 | tail -8; }; done
+for f in "$out"/stem_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E '^conv |^stem|weighted|rror' "$f" | cut -c1-200; }; done
 for f in "$out"/convs_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'weighted|rror' "$f" | cut -c1-200; }; done
 for f in "$out"/graph-*.csv; do [ -s "$f" ] && python3 tools/cupti_trace/summarize.py --top 30 "$f" 2>&1 | cut -c1-150; done
 xz -T8 "$out"/*.csv 2>/dev/null

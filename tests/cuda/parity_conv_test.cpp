@@ -11,6 +11,7 @@
 //    backend on the first image (forward and grad_input; grad_weight sums the whole batch).
 // Errors are measured as max |actual - expected| / max |expected| per tensor.
 #include <cmath>
+#include <limits>
 
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "parity_util.h"
@@ -160,6 +161,80 @@ TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) 
     for (bool channels_last : {false, true}) {
       check_small_cases(dtype, channels_last, tolerance(dtype), seed += 100);
     }
+  }
+}
+
+// Sets set_conv_space_to_depth for a scope and restores it after.
+class SpaceToDepth {
+ public:
+  explicit SpaceToDepth(bool on) : saved_(conv_space_to_depth()) { set_conv_space_to_depth(on); }
+  ~SpaceToDepth() { set_conv_space_to_depth(saved_); }
+
+ private:
+  bool saved_;
+};
+
+// Note [Strided convolutions of few channels as space-to-depth]: stride-2 channels_last bfloat16
+// convolutions of 1 to 4 channels run folded (float16 ones unfolded either way). Kernels odd and even, square
+// and not, padding even, odd and uneven, channel counts folded to 8 and to 16; output and every gradient
+// against the CPU in float64, and against the unfolded route.
+TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/false);
+  const std::vector<Case> cases = {
+      {"stem 7x7 padding 3", {2, 3, 32, 30}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}},
+      {"1 channel, 5x5 padding 2, odd sizes", {2, 1, 15, 13}, {8, 1, 5, 5}, {.stride = 2, .padding = 2}},
+      {"2 channels, 3x3 padding 1, no bias", {3, 2, 9, 10}, {8, 2, 3, 3}, {.stride = 2, .padding = 1}, false},
+      {"4 channels, 4x4 no padding", {2, 4, 12, 11}, {8, 4, 4, 4}, {.stride = 2}},
+      {"3x2 kernel, padding (1, 0)", {2, 3, 11, 9}, {8, 3, 3, 2}, {.stride = 2, .padding = {1, 0}}},
+      {"2x2 kernel (1x1 when folded)", {2, 3, 8, 8}, {16, 3, 2, 2}, {.stride = 2}},
+  };
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    for (const Case& c : cases) {
+      Tensor x = make_input(c.x, ++seed, dtype, true);
+      Tensor w = make_input(c.w, ++seed, dtype, true) * (1.0 / std::sqrt(double(c.w[1] * c.w[2] * c.w[3])));
+      Tensor b = c.bias ? make_input({c.w[0]}, ++seed, dtype, false) : Tensor();
+      const Shape out = conv2d(x.to(kFloat64), w.to(kFloat64), {}, c.options).sizes();
+      Tensor g = make_input(out, ++seed, dtype, true);
+      const Result ref64 = run_conv(x.to(kFloat64), w.to(kFloat64), b.defined() ? b.to(kFloat64) : b,
+                                    g.to(kFloat64), c.options);
+      Result folded, plain;
+      {
+        SpaceToDepth on(true);
+        folded = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
+      }
+      {
+        SpaceToDepth off(false);
+        plain = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
+      }
+      const std::string what = context(c.name, dtype, "channels_last");
+      EXPECT_TRUE(results_close(folded, ref64, tolerance(dtype))) << what << ", folded";
+      EXPECT_TRUE(results_close(plain, ref64, tolerance(dtype))) << what << ", unfolded";
+      EXPECT_EQ(folded.y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what;
+    }
+  }
+}
+
+// The folded input stops at the last row and column the convolution reads: an infinity past
+// them (10 rows, a 3x3 kernel of stride 2 reads 9) must not turn the output into NaNs.
+TEST(CudaParityConv, FoldedConvolutionIgnoresRowsTheConvolutionNeverReads) {
+  SKIP_WITHOUT_GPU();
+  SpaceToDepth on(true);
+  const Conv2dOptions o{.stride = 2};
+  uint64_t seed = test_seed();
+  Tensor x = make_input({2, 3, 10, 10}, ++seed, kFloat64, true);
+  x.narrow(2, 9, 1).fill_(std::numeric_limits<double>::infinity());
+  x.narrow(3, 9, 1).fill_(-std::numeric_limits<double>::infinity());
+  Tensor w = make_input({8, 3, 3, 3}, ++seed, kFloat64, true) * 0.2;
+  const Tensor expected = conv2d(x, w, {}, o);
+  ASSERT_TRUE(std::isfinite(max(abs(expected)).item<double>()));
+  for (DType dtype : {kFloat16, kBFloat16}) {
+    NoGradGuard no_grad;
+    const Tensor y = conv2d(to_cuda(x.to(dtype)), to_cuda(w.to(dtype)), {}, o);
+    EXPECT_TRUE(
+        close_to(y, conv2d(x.to(dtype).to(kFloat64), w.to(dtype).to(kFloat64), {}, o), tolerance(dtype)))
+        << dtype_name(dtype);
   }
 }
 

@@ -316,8 +316,9 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
 }
 
 // In training the fused variants run on nabla's kernels (the add and the ReLU in the normalizing
-// pass, the ReLU's mask in the backward) for contiguous input and for channels_last float32, and
-// on cuDNN's Ex kernels for channels_last 16-bit; in eval they compose the ops. All against the
+// pass, the ReLU's mask in the backward, recomputed from x without the add) for contiguous input
+// and for channels_last float32, and on cuDNN's Ex kernels for channels_last 16-bit; in eval
+// they compose the ops. All against the
 // CPU's composed ops, for every dtype, at a small shape and at one whose channel sums split over
 // blocks (contiguous: planes of 8-wide vectors; channels_last: 64 channels of 4-wide vectors over
 // many row tiles); with a gradient the caller holds, and with one the op may write dx or dz over.
@@ -358,6 +359,51 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
           if (fused == 2) EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dz";
         }
       }
+    }
+  }
+}
+
+// Note [The ReLU's mask from x]: after nabla's relu(bn(x)) forward, the backward that
+// recomputes the ReLU's mask from x must equal, bit for bit, the one that reads the mask from y,
+// in every dtype and both layouts, including a channel whose normalized values are all exactly
+// zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too).
+TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    for (DType dtype : kFloatDTypes) {
+      const Shape shape = {8, 64, 10, 12};
+      const DType pd = param_dtype(dtype);
+      Tensor xh = random_values(shape, ++seed, dtype);
+      xh.narrow(1, 3, 1).fill_(0.75);
+      Tensor bh = random_values({64}, ++seed, pd);
+      bh.narrow(0, 3, 1).fill_(0.0);
+      const Tensor x = to_cuda(xh.contiguous(format)),
+                   dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
+      const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
+      const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
+      const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
+      const Tensor y = empty_like(x);
+      ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
+      const auto backward = [&](bool from_x) {
+        const ops::cuda::BatchNormGrads g{
+            .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
+        ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
+                                              {.on = from_x, .bias = from_x ? b : Tensor()});
+        return g;
+      };
+      const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
+      const std::string what =
+          context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW");
+      for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},
+                                       {from_x.dweight, from_y.dweight, "dweight"},
+                                       {from_x.dbias, from_y.dbias, "dbias"}}) {
+        NoGradGuard no_grad;
+        EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
+      }
+      // The constant channel's gradient is masked away entirely.
+      EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
+      EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
     }
   }
 }
