@@ -17,11 +17,11 @@
 // The backward of relu(bn(x)) masks dy where the output was zero. Reading the output y for that
 // costs a pass over an activation in each of the backward's two kernels: seven passes in all
 // (dy, x, y; dy, x, y, dx). When nabla's forward kernel wrote y, the backward recomputes the
-// mask from x instead, batch_normalized(x) > 0 with the forward's own coefficients and formula,
-// so it is the same mask bit for bit: five passes. (A float below bfloat16's smallest subnormal
-// would round to a zero y yet count as positive here; the forward works in float, where such a
-// value is itself a zero or a subnormal.) relu(bn(x) + z) still reads y, and the masked
-// gradient written by its sums pass, z's, replaces dy and y in its dx pass.
+// mask from x instead: the same pre-activation (batch_normalized, the forward's coefficients
+// and formula) rounded to y's dtype as the forward stored it (relu_passes, since a positive
+// value below float16's smallest subnormal stores as a zero y), so it is the same mask bit for
+// bit: five passes. relu(bn(x) + z) still reads y, and the masked gradient written by its sums
+// pass, z's, replaces dy and y in its dx pass.
 #include "nabla/ops/cuda/batch_norm_sums.cuh"
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kBlockSize, 2)
 #pragma unroll
           for (int j = 0; j < V; ++j) {
             const A pre = batch_normalized(xv[j], k.v[kXMean][j], k.v[kFwdScale][j], k.v[kFwdShift][j]);
-            gv[j] = pre > A(0) ? gv[j] : A(0);
+            gv[j] = relu_passes<T>(pre) ? gv[j] : A(0);
           }
         }
         if (dz) store_vec<T, V>(dz + off, gv);

@@ -236,6 +236,8 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
 
 void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
                          const BatchNormForward& forward, double eps, const BatchNormGrads& grads) {
+  NABLA_ASSERT(forward.impl != BatchNormImpl::KernelReluFromX,
+               "batch_norm_backward: a fused ReLU forward goes to batch_norm_fused_backward");
   if (!on_kernels(forward.impl)) {
     nabla::cuda::DeviceGuard device(x.device().index);
     const BatchNormGrads g = with_all_param_grads(grads, x, stats);

@@ -71,7 +71,7 @@ struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused 
   // Non-null: g is also written here as it is read (the residual's gradient, so the dx pass
   // reads g instead of dy and y). May be dy itself: each element is read before it is written.
   T* masked_out = nullptr;
-  // Non-null: the ReLU's mask recomputed from x, where batch_normalized(x) > 0 with the
+  // Non-null: the ReLU's mask recomputed from x, relu_passes(batch_normalized(x)) with the
   // forward's coefficients invstd * weight and bias (weight and bias may be null: ones, zeros),
   // instead of read from y (Note [The ReLU's mask from x] in batch_norm.cu).
   const A* invstd = nullptr;
@@ -110,7 +110,7 @@ struct GradTerms {  // sum(g), sum(g * (x - mean)), g = dy, masked by the fused 
     if (invstd) {
 #pragma unroll
       for (int j = 0; j < V; ++j)
-        g[j] = batch_normalized(v[j], p[j].mean, p[j].scale, p[j].shift) > A(0) ? g[j] : A(0);
+        g[j] = relu_passes<T>(batch_normalized(v[j], p[j].mean, p[j].scale, p[j].shift)) ? g[j] : A(0);
     }
     if (masked_out) store_vec<T, V>(masked_out + off, g);
   }

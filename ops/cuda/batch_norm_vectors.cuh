@@ -84,21 +84,18 @@ void with_width(int v, Fn&& fn) {
 
 // The normalized value before the fused ReLU, (x - mean) * scale + shift, as one fused
 // multiply-add: the forward writes it and a backward that recomputes the ReLU's mask from x
-// (GradTerms) must get the same sign bit for bit, so both call this.
+// (relu_passes) must see the same value bit for bit, so both call this.
 template <typename A>
 __device__ __forceinline__ A batch_normalized(A x, A mean, A scale, A shift) {
   return fma(x - mean, scale, shift);
 }
 
-// dy through a ReLU whose output was y (zero where y <= 0); dy itself without one.
-template <typename T, int V>
-__device__ __forceinline__ void load_grad(const T* dy, const T* relu_y, int64_t off, opmath_t<T> (&g)[V]) {
-  load_vec<T, V>(dy + off, g);
-  if (!relu_y) return;
-  opmath_t<T> y[V];
-  load_vec<T, V>(relu_y + off, y);
-#pragma unroll
-  for (int j = 0; j < V; ++j) g[j] = y[j] > opmath_t<T>(0) ? g[j] : opmath_t<T>(0);
+// Whether the ReLU let the gradient through at a normalized value `pre`: whether the output
+// the forward stored, relu(pre) rounded to T, is positive. A positive float below T's smallest
+// subnormal (float16: 2^-25) rounds to a zero output, so `pre > 0` alone is not the same mask.
+template <typename T>
+__device__ __forceinline__ bool relu_passes(opmath_t<T> pre) {
+  return load_as_opmath(store_from<T>(pre)) > opmath_t<T>(0);
 }
 
 // K coefficients of the V channels of one vector: V consecutive channels (channels_last rows,
@@ -134,10 +131,14 @@ inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inne
 // session 21).
 inline constexpr int kRowsInFlight = 2;
 
-// for_each_vector in two steps: load(offset, u) for up to kRowsInFlight vectors, then
-// finish(offset, u, coefs) for each, u naming the slot of the caller's per-row registers. A
+// Calls load(offset, u) and then finish(offset, u, coefs) for every V-element vector of x's
+// layout, with its channels' coefficients; on channels_last rows, loads for kRowsInFlight rows
+// first, then finishes for each, u naming the slot of the caller's per-row registers. A
 // thread's finish may store over what its own load read (dx over dy), never over another
-// vector's.
+// vector's. On channels_last rows each thread keeps one set of V channels for all its rows, so
+// it loads their coefficients once: per element, looking them up would cost more than the data
+// (a warp's 32 lanes touch 32 channels, up to 8 cache lines a coefficient). Consecutive threads
+// take consecutive vectors of a row, then of the next row: coalesced.
 template <typename A, int V, int K, typename Load, typename Finish>
 __device__ __forceinline__ void for_each_vector_batched(int64_t numel, int64_t channels, int64_t inner,
                                                         const A* __restrict__ coef, Load&& load,
@@ -172,10 +173,8 @@ __device__ __forceinline__ void for_each_vector_batched(int64_t numel, int64_t c
 }
 
 // Calls body(offset, coefs) for every V-element vector of x's layout, with its channels'
-// coefficients. On channels_last rows each thread keeps one set of V channels for all its rows,
-// so it loads their coefficients once: per element, looking them up would cost more than the
-// data (a warp's 32 lanes touch 32 channels, up to 8 cache lines a coefficient). Consecutive
-// threads take consecutive vectors of a row, then of the next row: coalesced.
+// coefficients, one row at a time (for_each_vector_batched's loop without its loads ahead: the
+// batch-norm-from-sums kernels timed with it).
 template <typename A, int V, int K, typename Body>
 __device__ __forceinline__ void for_each_vector(int64_t numel, int64_t channels, int64_t inner,
                                                 const A* __restrict__ coef, Body&& body) {

@@ -13,7 +13,9 @@
 // In two dimensions X holds each 2x2 patch's 4 C values as its channels, and w' is
 // ceil(kH/2) x ceil(kW/2), stride 1, no padding. So the stem becomes a 4x4 convolution over
 // 12 channels (zeroed up to 16 so tensor cores take it), an input only 1.4x the image's size.
-// Every product of the original convolution appears once; the rest multiply by zero.
+// Every product of the original convolution appears once; the rest multiply by zero. (For an
+// odd kernel, output i also meets xp[2i + kH] with a zero weight: an infinity there, which the
+// unfolded convolution gives output i + 1 anyway, makes output i a NaN rather than finite.)
 // The weight gradient is the folded convolution's, gathered back into w's shape (each w
 // element is exactly one w' element).
 //
@@ -44,8 +46,8 @@ struct Fold {
 };
 
 // One thread per folded pixel (n, m, q): its cs channels, 8 (16 bytes) per store. Rows and
-// columns past `rows` and `cols` read as zeros: the original convolution never reads them (they
-// meet zeros of w'), and an infinity there must not become a NaN.
+// columns past `rows` and `cols` read as zeros: no output of the original convolution reads
+// them (they meet zeros of w'), and an infinity there must not become a NaN.
 template <typename U>
 __global__ void fold_input_kernel(const U* __restrict__ x, U* __restrict__ out, int64_t pixels,
                                   int64_t height, int64_t width, int64_t rows, int64_t cols, Fold fold,

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/detail/layer_checks.h"
 #include "parity_util.h"
 
 namespace nabla {
@@ -40,15 +41,8 @@ class CudnnSwitches {
   bool benchmark_, tf32_, deterministic_;
 };
 
-// Sets set_cudnn_graph_api for a scope and restores it after.
-class GraphApi {
- public:
-  explicit GraphApi(bool on) : saved_(cudnn_graph_api()) { set_cudnn_graph_api(on); }
-  ~GraphApi() { set_cudnn_graph_api(saved_); }
-
- private:
-  bool saved_;
-};
+// set_cudnn_graph_api for a scope.
+using GraphApi = ScopedSwitch<cudnn_graph_api, set_cudnn_graph_api>;
 
 // max |actual - expected| <= tol * max |expected|, computed on expected's device.
 ::testing::AssertionResult close_to(const Tensor& actual, const Tensor& expected, double tol) {
@@ -164,20 +158,13 @@ TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) 
   }
 }
 
-// Sets set_conv_space_to_depth for a scope and restores it after.
-class SpaceToDepth {
- public:
-  explicit SpaceToDepth(bool on) : saved_(conv_space_to_depth()) { set_conv_space_to_depth(on); }
-  ~SpaceToDepth() { set_conv_space_to_depth(saved_); }
+// set_conv_space_to_depth for a scope.
+using SpaceToDepth = ScopedSwitch<conv_space_to_depth, set_conv_space_to_depth>;
 
- private:
-  bool saved_;
-};
-
-// Note [Strided convolutions of few channels as space-to-depth]: stride-2 channels_last bfloat16
-// convolutions of 1 to 4 channels run folded (float16 ones unfolded either way). Kernels odd and even, square
-// and not, padding even, odd and uneven, channel counts folded to 8 and to 16; output and every gradient
-// against the CPU in float64, and against the unfolded route.
+// Note [Strided convolutions of few channels as space-to-depth]: stride-2 channels_last
+// bfloat16 convolutions of 1 to 4 channels run folded (float16 ones unfolded either way).
+// Kernels odd and even, square and not, padding even, odd and uneven, channel counts folded to
+// 8 and to 16; output and every gradient against the CPU in float64, folded and unfolded.
 TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/false);
@@ -209,6 +196,11 @@ TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
         plain = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
       }
       const std::string what = context(c.name, dtype, "channels_last");
+      const ops::cuda::CudnnSettings defaults;
+      EXPECT_EQ(ops::cuda::takes_space_to_depth(to_cuda(x), to_cuda(w), folded.y, ops::conv_params(c.options),
+                                                defaults),
+                dtype == kBFloat16)
+          << what << ": which dtype folds";
       EXPECT_TRUE(results_close(folded, ref64, tolerance(dtype))) << what << ", folded";
       EXPECT_TRUE(results_close(plain, ref64, tolerance(dtype))) << what << ", unfolded";
       EXPECT_EQ(folded.y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what;

@@ -17,14 +17,7 @@ namespace {
 using namespace testing;  // NOLINT: test helpers
 
 // Switches nabla's depthwise kernels on or off for a scope.
-class DepthwiseKernels {
- public:
-  explicit DepthwiseKernels(bool on) : saved_(depthwise_kernels()) { set_depthwise_kernels(on); }
-  ~DepthwiseKernels() { set_depthwise_kernels(saved_); }
-
- private:
-  bool saved_;
-};
+using DepthwiseKernels = ScopedSwitch<depthwise_kernels, set_depthwise_kernels>;
 
 struct Grads {
   Tensor y, grad_x, grad_w, grad_b;

@@ -366,7 +366,8 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
 // Note [The ReLU's mask from x]: after nabla's relu(bn(x)) forward, the backward that
 // recomputes the ReLU's mask from x must equal, bit for bit, the one that reads the mask from y,
 // in every dtype and both layouts, including a channel whose normalized values are all exactly
-// zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too).
+// zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too) and one whose
+// are all 1e-8 (a constant channel with that bias: positive, yet a zero y in float16).
 TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
@@ -376,8 +377,10 @@ TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
       const DType pd = param_dtype(dtype);
       Tensor xh = random_values(shape, ++seed, dtype);
       xh.narrow(1, 3, 1).fill_(0.75);
+      xh.narrow(1, 5, 1).fill_(-0.5);
       Tensor bh = random_values({64}, ++seed, pd);
       bh.narrow(0, 3, 1).fill_(0.0);
+      bh.narrow(0, 5, 1).fill_(1e-8);
       const Tensor x = to_cuda(xh.contiguous(format)),
                    dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
       const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
@@ -401,8 +404,11 @@ TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
         NoGradGuard no_grad;
         EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
       }
-      // The constant channel's gradient is masked away entirely.
+      // The constant zero channel's gradient is masked away entirely, and so is the 1e-8 one's
+      // in float16, where its output rounds to zero.
       EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
+      if (dtype == kFloat16)
+        EXPECT_EQ(max(abs(from_x.dx.narrow(1, 5, 1).to(kFloat64))).item<double>(), 0.0) << what;
       EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
     }
   }

@@ -26,6 +26,20 @@ struct Fp32Exact {
   Fp32Exact& operator=(const Fp32Exact&) = delete;
 };
 
+// One process-wide on/off switch (its getter and setter) set for a scope and restored after:
+// using GraphApi = ScopedSwitch<cudnn_graph_api, set_cudnn_graph_api>; GraphApi off(false);
+template <bool (*Get)(), void (*Set)(bool)>
+class ScopedSwitch {
+ public:
+  explicit ScopedSwitch(bool on) : saved_(Get()) { Set(on); }
+  ~ScopedSwitch() { Set(saved_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+
+ private:
+  bool saved_;
+};
+
 #define SKIP_WITHOUT_GPU() \
   if (!::nabla::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
