@@ -342,4 +342,13 @@ void ops::record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, 
                    });
 }
 
+void set_batch_norm_persistent(bool on) {
+  if constexpr (kHasCuda) ops::cuda::set_persistent_batch_norm(on);
+}
+
+bool batch_norm_persistent() {
+  if constexpr (kHasCuda) return ops::cuda::persistent_batch_norm();
+  return false;
+}
+
 }  // namespace nabla

@@ -1,7 +1,8 @@
 // Microbenchmark: training batch norm + ReLU at ResNet-50's shapes (batch 256), forward and
-// backward, on nabla's kernels and, for channels_last 16-bit, on cuDNN's fused NHWC kernels (the
-// route nabla takes there; Note [cuDNN batch norm]). It says how far each route is from the
-// device's bandwidth and where the gap between them lies, shape by shape.
+// backward, on nabla's two-pass kernels, on its persistent ones (channels_last; Note [Persistent
+// batch norm]) and, for channels_last 16-bit, on cuDNN's fused NHWC kernels (Note [cuDNN batch
+// norm]). It says how far each route is from the device's bandwidth and where the gap between
+// them lies, shape by shape.
 //
 //   ./build/cuda/bench/nabla_bench_batch_norm [nchw|channels-last, default channels-last] [runs, default 30]
 //
@@ -12,6 +13,8 @@
 // "x-mask" is nabla's backward with the ReLU's mask recomputed from x (Note [The ReLU's mask from
 // x] in batch_norm.cu), which reads two activations where the other reads three; its GB/s counts
 // the seven passes too, so it shows as the gain.
+// The "persistent" cells time the same calls with the persistent kernels on; GB/s there counts
+// the same nominal bytes, so it can pass the bandwidth where data stays on chip.
 // The last rows weigh each shape by how many fused BN + ReLU layers ResNet-50 has at it: the
 // batch-norm share of one training step, per dtype and route.
 #include <algorithm>
@@ -73,21 +76,28 @@ Buffers make_buffers(const LayerShape& s, DType dtype, MemoryFormat format) {
   return b;
 }
 
-Times time_kernels(Buffers& b, int runs) {
+// nabla's kernels: the persistent ones (Note [Persistent batch norm]), called directly so that
+// every shape runs them (the routes give them activations of up to 65536 rows), or the two-pass
+// ones.
+Times time_kernels(Buffers& b, int runs, bool persistent) {
+  const bool saved = kernels::persistent_batch_norm();
+  kernels::set_persistent_batch_norm(false);
   const kernels::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
   const kernels::BatchNormStats stats{b.mean, b.invstd};
   const kernels::BatchNormGrads grads{.dx = b.dx, .dresidual = Tensor(), .dweight = b.dw, .dbias = b.db};
+  const auto forward = [&] {
+    if (!persistent || !kernels::batch_norm_forward_persistent(in, b.y, stats, 0.1, kEps, Tensor(), true))
+      kernels::batch_norm_forward_kernel(in, b.y, stats, 0.1, kEps, Tensor(), /*relu=*/true);
+  };
+  const auto backward = [&](const Tensor& relu_y, const kernels::ReluMaskFromX& mask) {
+    if (!persistent || !kernels::batch_norm_backward_persistent(b.dy, b.x, b.w, stats, grads, relu_y, mask))
+      kernels::batch_norm_backward_kernel(b.dy, b.x, b.w, stats, grads, relu_y, mask);
+  };
   Times t;
-  t.forward = nabla::bench::median_ms(
-      [&] { kernels::batch_norm_forward_kernel(in, b.y, stats, 0.1, kEps, Tensor(), /*relu=*/true); }, runs,
-      3);
-  t.backward = nabla::bench::median_ms(
-      [&] { kernels::batch_norm_backward_kernel(b.dy, b.x, b.w, stats, grads, /*relu_y=*/b.y); }, runs, 3);
-  t.backward_from_x = nabla::bench::median_ms(
-      [&] {
-        kernels::batch_norm_backward_kernel(b.dy, b.x, b.w, stats, grads, {}, {.on = true, .bias = b.b});
-      },
-      runs, 3);
+  t.forward = nabla::bench::median_ms(forward, runs, 3);
+  t.backward = nabla::bench::median_ms([&] { backward(b.y, {}); }, runs, 3);
+  t.backward_from_x = nabla::bench::median_ms([&] { backward({}, {.on = true, .bias = b.b}); }, runs, 3);
+  kernels::set_persistent_batch_norm(saved);
   return t;
 }
 
@@ -136,47 +146,53 @@ int main(int argc, char** argv) {
   const int runs = argc > 2 ? std::max(5, std::atoi(argv[2])) : 30;
 
   std::printf(
-      "batch norm + ReLU, training, batch %lld, %s, median of %d runs (us; GB/s of nabla's traffic)\n",
+      "batch norm + ReLU, training, batch %lld, %s, median of %d runs (us; GB/s of the two-pass kernels' "
+      "traffic)\n",
       static_cast<long long>(kBatch), layout.c_str(), runs);
-  std::printf("%-9s %-16s %9s %9s %9s %7s %7s %7s %9s %9s %7s %7s %10s\n", "dtype", "shape", "fwd", "bwd",
-              "x-mask", "fwd GB/s", "bwd GB/s", "x GB/s", "cudnn fwd", "cudnn bwd", "fwd GB/s", "bwd GB/s",
-              "reserve/el");
+  std::printf("%-9s %-12s | %7s %7s %7s | %7s %7s %7s %6s %6s | %7s %7s %6s %6s\n", "", "", "2-pass", "", "",
+              "persist", "", "", "", "", "cuDNN", "", "", "");
+  std::printf("%-9s %-12s | %7s %7s %7s | %7s %7s %7s %6s %6s | %7s %7s %6s %6s\n", "dtype", "shape", "fwd",
+              "bwd", "x-mask", "fwd", "bwd", "x-mask", "fGB/s", "xGB/s", "fwd", "bwd", "fGB/s", "bGB/s");
+  const bool nhwc = format == MemoryFormat::ChannelsLast;
   for (DType dtype : {nabla::kFloat32, nabla::kFloat16, nabla::kBFloat16}) {
-    Times total, total_cudnn;
+    Times total, total_persistent, total_cudnn;
     bool any_cudnn = false;
     for (const LayerShape& s : kShapes) {
       Buffers b = make_buffers(s, dtype, format);
       const double elems = static_cast<double>(b.x.numel());
       const double es = static_cast<double>(nabla::itemsize(dtype));
-      const double fwd_bytes = 3 * elems * es, bwd_bytes = 7 * elems * es;
-      const Times k = time_kernels(b, runs);
-      total.forward += s.layers * k.forward;
-      total.backward += s.layers * k.backward;
-      total.backward_from_x += s.layers * k.backward_from_x;
+      const double fwd_bytes = 3 * elems * es, bwd_bytes = 7 * elems * es, xmask_bytes = 5 * elems * es;
+      const Times k = time_kernels(b, runs, /*persistent=*/false);
+      const Times p = nhwc ? time_kernels(b, runs, /*persistent=*/true) : Times{};
+      for (auto [sum, t] : {std::pair{&total, &k}, std::pair{&total_persistent, &p}}) {
+        sum->forward += s.layers * t->forward;
+        sum->backward += s.layers * t->backward;
+        sum->backward_from_x += s.layers * t->backward_from_x;
+      }
       const std::string shape =
           std::to_string(s.channels) + "x" + std::to_string(s.side) + "x" + std::to_string(s.side);
-      std::printf("%-9s %-16s %9.1f %9.1f %9.1f %7.0f %7.0f %7.0f",
+      std::printf("%-9s %-12s | %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %6.0f %6.0f |",
                   std::string(nabla::dtype_name(dtype)).c_str(), shape.c_str(), k.forward * 1e3,
-                  k.backward * 1e3, k.backward_from_x * 1e3, gbps(fwd_bytes, k.forward),
-                  gbps(bwd_bytes, k.backward), gbps(bwd_bytes, k.backward_from_x));
+                  k.backward * 1e3, k.backward_from_x * 1e3, p.forward * 1e3, p.backward * 1e3,
+                  p.backward_from_x * 1e3, nhwc ? gbps(fwd_bytes, p.forward) : 0.0,
+                  nhwc ? gbps(xmask_bytes, p.backward_from_x) : 0.0);
       if (const std::optional<Times> c = time_cudnn(b, runs)) {
         any_cudnn = true;
         total_cudnn.forward += s.layers * c->forward;
         total_cudnn.backward += s.layers * c->backward;
-        const kernels::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
-        const auto fwd =
-            kernels::batch_norm_fused_forward_cudnn(in, Tensor(), b.y, {b.mean, b.invstd}, 0.1, kEps);
-        std::printf(" %9.1f %9.1f %7.0f %7.0f %10.3f\n", c->forward * 1e3, c->backward * 1e3,
-                    gbps(fwd_bytes, c->forward), gbps(bwd_bytes, c->backward),
-                    static_cast<double>(fwd->reserve.nbytes()) / elems);
+        std::printf(" %7.1f %7.1f %6.0f %6.0f\n", c->forward * 1e3, c->backward * 1e3,
+                    gbps(fwd_bytes, c->forward), gbps(bwd_bytes, c->backward));
       } else {
-        std::printf(" %9s %9s %7s %7s %10s\n", "-", "-", "-", "-", "-");
+        std::printf(" %7s %7s %6s %6s\n", "-", "-", "-", "-");
       }
     }
-    std::printf("%-9s %-16s %9.2f %9.2f %9.2f  ms per ResNet-50 step",
-                std::string(nabla::dtype_name(dtype)).c_str(), "weighted total", total.forward,
-                total.backward, total.backward_from_x);
-    if (any_cudnn) std::printf("; cuDNN %.2f %.2f ms", total_cudnn.forward, total_cudnn.backward);
+    std::printf("%-9s weighted total, ms per ResNet-50 step: two-pass %.2f / %.2f / %.2f",
+                std::string(nabla::dtype_name(dtype)).c_str(), total.forward, total.backward,
+                total.backward_from_x);
+    if (nhwc)
+      std::printf("; persistent %.2f / %.2f / %.2f", total_persistent.forward, total_persistent.backward,
+                  total_persistent.backward_from_x);
+    if (any_cudnn) std::printf("; cuDNN %.2f / %.2f", total_cudnn.forward, total_cudnn.backward);
     std::printf("\n");
   }
   return 0;

@@ -22,6 +22,7 @@
 // value below float16's smallest subnormal stores as a zero y), so it is the same mask bit for
 // bit: five passes. relu(bn(x) + z) still reads y, and the masked gradient written by its sums
 // pass, z's, replaces dy and y in its dx pass.
+#include "nabla/ops/cuda/batch_norm_finish.cuh"
 #include "nabla/ops/cuda/batch_norm_sums.cuh"
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
@@ -33,55 +34,17 @@ namespace {
 
 using namespace batch_norm_detail;
 
-// The per-channel coefficients of the elementwise passes, [K][C] in one buffer, so no element
-// divides or looks up more than its channel's K values:
-//  forward  (K = 3): y = (x - mean) * scale + shift, scale = invstd * w, shift = b;
-//  backward (K = 5): dx = (g - g_mean - (x - mean) * proj) * invstd * w, g_mean = mean(g),
-//                    proj = mean(g * (x - mean)) * invstd^2 (invstd and w apart, so dx rounds
-//                    as it did when each element looked them up);
-//            (K = 7): and the forward's scale and shift, for the ReLU's mask from x.
-enum ForwardCoef { kMean, kScale, kShift, kForwardCoefs };
-enum BackwardCoef {
-  kXMean,
-  kGradMean,
-  kProj,
-  kInvstd,
-  kWeight,
-  kBackwardCoefs,
-  kFwdScale = kBackwardCoefs,
-  kFwdShift,
-  kBackwardMaskCoefs
-};
-
 template <typename T>
 __global__ void stats_finalize_kernel(const opmath_t<T>* __restrict__ partial, int64_t splits,
                                       const T* __restrict__ x, int64_t channels, int64_t inner, int64_t count,
-                                      double eps, double momentum, const opmath_t<T>* __restrict__ w,
-                                      const opmath_t<T>* __restrict__ b, opmath_t<T>* save_mean,
-                                      opmath_t<T>* save_invstd, opmath_t<T>* running_mean,
-                                      opmath_t<T>* running_var, opmath_t<T>* coef) {
+                                      double eps, double momentum, StatsOut<opmath_t<T>> out) {
   using A = opmath_t<T>;
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
   warp_total_of(partial, splits, channels, c, s0, s1);
   if (threadIdx.x % 32 != 0) return;
-  const A n = static_cast<A>(count);
-  const A shifted_mean = s0 / n;
-  A var = s1 / n - shifted_mean * shifted_mean;
-  var = var > A(0) ? var : A(0);
-  const A mean = load_as_opmath(x[c * inner]) + shifted_mean;
-  const A invstd = A(1) / sqrt(var + static_cast<A>(eps));
-  save_mean[c] = mean;
-  save_invstd[c] = invstd;
-  coef[kMean * channels + c] = mean;
-  coef[kScale * channels + c] = w ? invstd * w[c] : invstd;
-  coef[kShift * channels + c] = b ? b[c] : A(0);
-  if (running_mean) {
-    const A m = static_cast<A>(momentum);
-    running_mean[c] = (A(1) - m) * running_mean[c] + m * mean;
-    running_var[c] = (A(1) - m) * running_var[c] + m * var * n / (n - A(1));
-  }
+  finish_stats(c, channels, s0, s1, load_as_opmath(x[c * inner]), count, eps, momentum, out);
 }
 
 // Eval: the forward coefficients from the running statistics.
@@ -101,26 +64,13 @@ __global__ void inference_coef_kernel(const A* __restrict__ running_mean, const 
 // backward coefficients.
 template <typename A>
 __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t splits, int64_t channels,
-                                     int64_t count, const A* __restrict__ mean, const A* __restrict__ invstd,
-                                     const A* __restrict__ w, const A* __restrict__ b, bool mask_from_x,
-                                     A* __restrict__ coef, A* dweight, A* dbias) {
+                                     int64_t count, GradOut<A> out) {
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
   warp_total_of(partial, splits, channels, c, s0, s1);
   if (threadIdx.x % 32 != 0) return;
-  const A n = static_cast<A>(count), is = invstd[c];
-  coef[kXMean * channels + c] = mean[c];
-  coef[kGradMean * channels + c] = s0 / n;
-  coef[kProj * channels + c] = s1 / n * is * is;
-  coef[kInvstd * channels + c] = is;
-  coef[kWeight * channels + c] = w ? w[c] : A(1);
-  if (mask_from_x) {  // as stats_finalize_kernel made them
-    coef[kFwdScale * channels + c] = w ? is * w[c] : is;
-    coef[kFwdShift * channels + c] = b ? b[c] : A(0);
-  }
-  if (dweight) dweight[c] = s1 * is;
-  if (dbias) dbias[c] = s0;
+  finish_grads(c, channels, s0, s1, count, out);
 }
 
 // ---- elementwise -----------------------------------------------------------------------------
@@ -140,21 +90,10 @@ __global__ void __launch_bounds__(kBlockSize, 2)
         if (z) zr[u] = load_raw<T, V>(z + off);
       },
       [&](int64_t off, int u, const ChannelCoefs<A, V, kForwardCoefs>& k) {
-        A v[V];
+        A v[V], zv[V];
         widen<T, V>(xr[u], v);
-#pragma unroll
-        for (int j = 0; j < V; ++j)
-          v[j] = batch_normalized(v[j], k.v[kMean][j], k.v[kScale][j], k.v[kShift][j]);
-        if (z) {
-          A zv[V];
-          widen<T, V>(zr[u], zv);
-#pragma unroll
-          for (int j = 0; j < V; ++j) v[j] += zv[j];
-        }
-        if (relu) {
-#pragma unroll
-          for (int j = 0; j < V; ++j) v[j] = v[j] > A(0) ? v[j] : A(0);
-        }
+        if (z) widen<T, V>(zr[u], zv);
+        normalize_values<A, V>(v, z ? zv : nullptr, relu, k);
         store_vec<T, V>(y + off, v);
       });
 }
@@ -196,11 +135,7 @@ __global__ void __launch_bounds__(kBlockSize, 2)
           }
         }
         if (dz) store_vec<T, V>(dz + off, gv);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const A centered = gv[j] - k.v[kGradMean][j] - (xv[j] - k.v[kXMean][j]) * k.v[kProj][j];
-          gv[j] = centered * k.v[kInvstd][j] * k.v[kWeight][j];
-        }
+        grad_input_values<A, V>(gv, xv, k);
         store_vec<T, V>(dx + off, gv);
       });
 }
@@ -211,6 +146,9 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
                                double momentum, double eps, const Tensor& z, bool relu) {
   const ChannelBlocks b = blocks_of(in.x);
   if (b.channels == 0) return;
+  if (b.per_channel() > 0 && persistent_batch_norm_takes(in.x) &&
+      batch_norm_forward_persistent(in, y, stats, momentum, eps, z, relu))
+    return;
   const cudaStream_t stream = stream_for(in.x);
   const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
@@ -222,9 +160,9 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
     int64_t splits = 0;
     const Tensor partial = channel_sums<T>(StatsTerms<T>{x, b.inner}, b, vec, stats.mean, stream, &splits);
     stats_finalize_kernel<T><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
-        ptr<A>(partial), splits, x, b.channels, b.inner, b.per_channel(), eps, momentum, ptr<A>(in.weight),
-        ptr<A>(in.bias), ptr<A>(stats.mean), ptr<A>(stats.invstd), ptr<A>(in.running_mean),
-        ptr<A>(in.running_var), ptr<A>(coef));
+        ptr<A>(partial), splits, x, b.channels, b.inner, b.per_channel(), eps, momentum,
+        StatsOut<A>{ptr<A>(in.weight), ptr<A>(in.bias), ptr<A>(stats.mean), ptr<A>(stats.invstd),
+                    ptr<A>(in.running_mean), ptr<A>(in.running_var), ptr<A>(coef)});
     NABLA_CUDA_CHECK_LAUNCH();
     const int64_t numel = in.x.numel();
     with_width<T>(vec, [&]<int V>() {
@@ -264,6 +202,9 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   if (b.channels == 0) return;
   NABLA_ASSERT(!mask_from_x.on || (!relu_y.defined() && !grads.dresidual.defined()),
                "batch_norm_backward_kernel: the mask from x is relu(bn(x))'s, with no residual and no y");
+  if (b.per_channel() > 0 && persistent_batch_norm_takes(x) &&
+      batch_norm_backward_persistent(dy, x, weight, stats, grads, relu_y, mask_from_x))
+    return;
   const cudaStream_t stream = stream_for(x);
   const bool from_x = mask_from_x.on;
   const Tensor coef =
@@ -288,9 +229,9 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     }
     const Tensor partial = channel_sums<T>(terms, b, vec, stats.mean, stream, &splits);
     grad_finalize_kernel<A><<<warp_channel_blocks(b.channels), kSumThreads, 0, stream>>>(
-        ptr<A>(partial), splits, b.channels, b.per_channel(), ptr<A>(stats.mean), ptr<A>(stats.invstd),
-        ptr<A>(weight), ptr<A>(mask_from_x.bias), from_x, ptr<A>(coef), ptr<A>(grads.dweight),
-        ptr<A>(grads.dbias));
+        ptr<A>(partial), splits, b.channels, b.per_channel(),
+        GradOut<A>{ptr<A>(stats.mean), ptr<A>(stats.invstd), ptr<A>(weight), ptr<A>(mask_from_x.bias), from_x,
+                   ptr<A>(coef), ptr<A>(grads.dweight), ptr<A>(grads.dbias)});
     NABLA_CUDA_CHECK_LAUNCH();
     NABLA_ASSERT(dxp || !dzp, "batch_norm_backward_kernel: dresidual without dx");
     if (!dxp) return;

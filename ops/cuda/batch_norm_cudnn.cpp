@@ -62,10 +62,11 @@ bool is_nhwc(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous();
 }
 
-// float32 channels_last training runs on nabla's kernels, which beat cuDNN's NHWC kernels there;
-// cuDNN's stay faster for 16-bit (see the Note).
+// float32 channels_last training runs on nabla's kernels, which beat cuDNN's NHWC kernels
+// there; 16-bit stays on cuDNN (see the Note) unless the persistent kernels are switched on and
+// take x (Note [Persistent batch norm]).
 bool training_on_kernels(const Tensor& x) {
-  return x.dtype() == kFloat32;
+  return x.dtype() == kFloat32 || persistent_batch_norm_takes(x);
 }
 
 // Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.

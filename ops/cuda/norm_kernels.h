@@ -67,6 +67,23 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
                                 const BatchNormStats& stats, const BatchNormGrads& grads,
                                 const Tensor& relu_y = {}, const ReluMaskFromX& mask_from_x = {});
 
+// The persistent kernels (Note [Persistent batch norm] in batch_norm_persistent.cu): one launch
+// per direction, for channels_last float32/float16/bfloat16 rows of C a multiple of 4, up to
+// 2048. batch_norm_forward_kernel and batch_norm_backward_kernel run them where
+// persistent_batch_norm_takes(x): the switch is on, the layout fits and x has at most 65536
+// rows, beyond which they were no faster. The two calls below run them whenever the layout and
+// pointers fit, and return false, having written nothing, where they do not.
+// The switch is off by default (they are not yet faster; see the Note); on, 16-bit
+// channels_last training of up to 65536 rows leaves cuDNN for them. It is the switch behind
+// nabla::set_batch_norm_persistent.
+void set_persistent_batch_norm(bool on);
+bool persistent_batch_norm();
+bool persistent_batch_norm_takes(const Tensor& x);
+bool batch_norm_forward_persistent(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                                   double momentum, double eps, const Tensor& z, bool relu);
+bool batch_norm_backward_persistent(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                    const BatchNormStats& stats, const BatchNormGrads& grads,
+                                    const Tensor& relu_y, const ReluMaskFromX& mask_from_x);
 // The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
 // share a layout. Channels_last float16/bfloat16 runs as one cuDNN Ex call (weight and bias must
 // be defined there); contiguous x and channels_last float32 as nabla's kernels (the statistics,

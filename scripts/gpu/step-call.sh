@@ -12,7 +12,10 @@
 # routes (bench/nabla_bench_conv, in the bundle) and PyTorch's (bench/torch_conv_shapes.py);
 # routes = the graphed step in float16 and bfloat16 with and without --legacy-convs (ROUTE_AMPS,
 # default "bf16 fp16"; LEGACY=0 leaves the legacy runs out); s2d = the graphed step in ROUTE_AMPS
-# with and without --no-space-to-depth; stem = nabla_bench_conv's stem rows. AMP (fp16)
+# with and without --no-space-to-depth; stem = nabla_bench_conv's stem rows; bn = every
+# ResNet-50 batch norm on the two-pass, persistent and cuDNN routes
+# (bench/nabla_bench_batch_norm); pbn = the graphed step in ROUTE_AMPS with and without
+# --persistent-bn (float32 at batch 128 when ROUTE_AMPS has "off"). AMP (fp16)
 # sets train's and trace's precision. Logs under $OUT; a short summary last.
 set -uo pipefail
 parts=${PARTS:-first,suite,train,trace}
@@ -51,6 +54,16 @@ fi
 if has stem; then
   for d in fp16 bf16; do timeout 150 "$x/bench/nabla_bench_conv" 256 20 $d > "$out/stem_$d.log" 2>&1; done
 fi
+if has bn; then timeout 200 "$x/bench/nabla_bench_batch_norm" channels-last 20 > "$out/bn.log" 2>&1; fi
+if has pbn; then
+  for a in ${ROUTE_AMPS:-bf16 fp16}; do
+    batch=256; [ "$a" = off ] && batch=128
+    for flag in "" --persistent-bn; do
+      timeout 90 "$bench" train --arch resnet50 --batch-size $batch --channels-last --amp $a --steps 30 \
+        --cuda-graph $flag > "$out/rn50_pbn_$a${flag:+_on}.log" 2>&1
+    done
+  done
+fi
 if has trace; then
   NABLA_CUPTI_TRACE="$out/graph-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     rn50 90 --warmup 8 --steps 6 --cuda-graph > "$out/trace.log" 2>&1
@@ -71,6 +84,7 @@ if [ -f "$out/first.log" ]; then grep -E '^\[  FAILED|^\[  PASSED|Failure|fused 
 if [ -f "$out/cuda.log" ]; then echo "== suite: $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]+' "$out/cuda.log" | tr '\n' ' ')"; grep -E '^\[  FAILED  \] [A-Z]' "$out/cuda.log" | head; fi
 for f in "$out"/infer*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'infer: batch|rror' "$f" | cut -c1-200; sed -n '/^amp /,$p' "$f" | head -12; }; done
 for f in "$out"/rn50_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'img/s total|rror|nabla|torch|compile' "$f" | cut -c1-250 | tail -8; }; done
+[ -f "$out/bn.log" ] && { echo "-- bn.log"; grep -E 'weighted|rror' "$out/bn.log" | cut -c1-250; }
 for f in "$out"/stem_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E '^conv |^stem|weighted|rror' "$f" | cut -c1-200; }; done
 for f in "$out"/convs_*.log; do [ -f "$f" ] && { echo "-- $(basename "$f")"; grep -E 'weighted|rror' "$f" | cut -c1-200; }; done
 for f in "$out"/graph-*.csv; do [ -s "$f" ] && python3 tools/cupti_trace/summarize.py --top 30 "$f" 2>&1 | cut -c1-150; done
