@@ -18,9 +18,9 @@
 // costs a pass over an activation in each of the backward's two kernels: seven passes in all
 // (dy, x, y; dy, x, y, dx). When nabla's forward kernel wrote y, the backward recomputes the
 // mask from x instead: the same pre-activation (batch_normalized, the forward's coefficients
-// and formula) rounded to y's dtype as the forward stored it (relu_passes, since a positive
-// value below float16's smallest subnormal stores as a zero y), so it is the same mask bit for
-// bit: five passes. relu(bn(x) + z) still reads y, and the masked gradient written by its sums
+// and formula) tested as the forward stored it, rounded to y's dtype (relu_passes: a positive
+// value at or below half of float16's smallest subnormal stores as a zero y), so it is the same
+// mask bit for bit: five passes. relu(bn(x) + z) still reads y, and the masked gradient written by its sums
 // pass, z's, replaces dy and y in its dx pass.
 #include "nabla/ops/cuda/batch_norm_finish.cuh"
 #include "nabla/ops/cuda/batch_norm_sums.cuh"

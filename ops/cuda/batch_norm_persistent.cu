@@ -9,7 +9,8 @@
 // and each block owns a contiguous range of rows.
 //  1. Each thread takes one V-channel vector of its block's rows and sums its terms (StatsTerms
 //     forward, GradTerms backward: the same formulas as the two-pass kernels). It keeps what it
-//     read: its first kRegRows rows in registers, the next ones in shared memory, the rest not
+//     read: its first rows in registers (kForwardRegRows, kBackwardRegRows), the next ones in
+//     shared memory, the rest not
 //     at all. The backward keeps the masked gradient g and x.
 //  2. Each block writes its per-channel partial sums. After a grid-wide barrier, one warp per
 //     channel adds the partials in block order (deterministic) and finishes the channel
@@ -18,21 +19,22 @@
 //  3. The elementwise pass walks each thread's rows backwards: first the rows it did not keep,
 //     newest first, so the first reads hit what the L2 cache (50 MB) still holds from pass 1;
 //     then the rows in shared memory, then those in registers.
-// With 132 blocks, registers and shared memory hold about 30 MB of an activation, and L2 holds
-// about as much again: a batch norm of up to about 50 MB is read from device memory once, and a
-// larger one's second read is cut by that much.
+// With 132 blocks, registers and shared memory hold about 30 MB of the forward's x (about 14 MB
+// each of the backward's g and x), and L2 may hold as much again: a small activation is read
+// from device memory once, and a larger one's second read is cut by that much.
 //
-// Measured on an H200 (docs/performance.md, session 22), these kernels are not yet faster than
-// the routes they would replace, so they are off by default (set_persistent_batch_norm, and
+// Measured on an H200 (docs/performance.md, session 22), these kernels are not yet faster than the
+// routes they would replace, so they are off by default (set_persistent_batch_norm, and
 // nabla::set_batch_norm_persistent). Weighted over ResNet-50's BN + ReLU layers at batch 256
-// (nabla_bench_batch_norm): float16 forward 5.65 ms against cuDNN's 5.64 and backward (mask
-// from x) 7.88 against 7.77; bfloat16's backward 12.3 ms against cuDNN's 8.0; float32 level with
-// the two-pass kernels. They win only on short activations (14x14 and 7x7: 161 against 217 us
-// for float16's backward at 1024 channels), and whole graphed steps did not move. A thread's 4
-// channels of 8 bytes (16-bit) leave the loops bound by instructions rather than by bandwidth;
-// 8 channels ran out of registers. Left to try: 16-byte vectors with the backward's
-// coefficients folded to three per channel, pointer steps instead of 64-bit offsets per row, and
-// cp.async for the rows kept in shared memory (bytes in flight without registers).
+// (nabla_bench_batch_norm): float16 forward 5.65 ms against cuDNN's 5.64 and backward (mask from x)
+// 7.88 against 7.77; bfloat16's backward 12.3 ms against cuDNN's 8.0; float32 level with the
+// two-pass kernels in the forward and 4-5% slower in the backward. They win only on short activations
+// (14x14 and 7x7: 161 against 217 us for float16's backward at 1024 channels), and whole graphed
+// steps did not move. A thread's 4 channels of 8 bytes (16-bit) leave the loops bound by
+// instructions rather than by bandwidth; 8 channels ran out of registers. Left to try: 16-byte
+// vectors with the backward's coefficients folded to three per channel, pointer steps instead of
+// 64-bit offsets per row, and cp.async for the rows kept in shared memory (bytes in flight without
+// registers).
 //
 // The blocks must all be resident for the barriers, which the cooperative launch guarantees. A
 // launch that does not fit fails with a CUDA error rather than hanging. A thread takes 4
@@ -422,7 +424,15 @@ __global__ void __launch_bounds__(kThreads, 1) backward_kernel(BackwardArgs<T> a
 // (once per kernel; every device of a process is taken to be of one kind).
 template <auto kernel>
 int resident_blocks(int device) {
-  static const int per_sm = [] {
+  static const int per_sm = [device] {
+    // A GPU whose blocks cannot have this much shared memory (an A100's take 163 KB) runs none:
+    // the callers then take the other routes, where asking for it anyway would throw.
+    cudaFuncAttributes attributes{};
+    NABLA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    int optin = 0;
+    NABLA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (static_cast<size_t>(kSharedCacheBytes) + attributes.sharedSizeBytes > static_cast<size_t>(optin))
+      return 0;
     NABLA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedCacheBytes));
     int n = 0;

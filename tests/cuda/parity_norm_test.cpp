@@ -4,6 +4,7 @@
 // cuDNN's limits, and called directly at shapes that split a channel over blocks), the fused
 // cuDNN BN + add + ReLU kernel against the composed ops, and layer norm on short, warp-sized
 // and block-sized rows (the vector kernels for D a multiple of 16 bytes, the generic ones else).
+#include <cmath>
 #include <iostream>
 #include <optional>
 
@@ -273,52 +274,74 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
 // Note [The ReLU's mask from x]: after nabla's relu(bn(x)) forward, the backward that
 // recomputes the ReLU's mask from x must equal, bit for bit, the one that reads the mask from y,
 // in every dtype and both layouts, including a channel whose normalized values are all exactly
-// zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too) and one whose
-// are all 1e-8 (a constant channel with that bias: positive, yet a zero y in float16).
+// zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too), one whose
+// are all 1e-8 (a constant channel with that bias: positive, yet a zero y in float16), and
+// channels at relu_passes' bounds: half of float16's and of bfloat16's smallest subnormal
+// (which round to a zero y) and the next floats up (which do not). On both of nabla's routes:
+// the two-pass kernels and the persistent ones (channels_last).
 TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
-  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-    for (DType dtype : kFloatDTypes) {
-      const Shape shape = {8, 64, 10, 12};
-      const DType pd = param_dtype(dtype);
-      Tensor xh = random_values(shape, ++seed, dtype);
-      xh.narrow(1, 3, 1).fill_(0.75);
-      xh.narrow(1, 5, 1).fill_(-0.5);
-      Tensor bh = random_values({64}, ++seed, pd);
-      bh.narrow(0, 3, 1).fill_(0.0);
-      bh.narrow(0, 5, 1).fill_(1e-8);
-      const Tensor x = to_cuda(xh.contiguous(format)),
-                   dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
-      const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
-      const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
-      const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
-      const Tensor y = empty_like(x);
-      ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
-      const auto backward = [&](bool from_x) {
-        const ops::cuda::BatchNormGrads g{
-            .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
-        ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
-                                              {.on = from_x, .bias = from_x ? b : Tensor()});
-        return g;
-      };
-      const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
-      const std::string what =
-          context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW");
-      for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},
-                                       {from_x.dweight, from_y.dweight, "dweight"},
-                                       {from_x.dbias, from_y.dbias, "dbias"}}) {
-        NoGradGuard no_grad;
-        EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
+  const float half_bound = 0x1p-25f, bf16_bound = 0x1p-134f;
+  const float bounds[4] = {half_bound, std::nextafter(half_bound, 1.0f), bf16_bound,
+                           std::nextafter(bf16_bound, 1.0f)};
+  for (bool persistent : {false, true})
+    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      const PersistentBatchNorm route(persistent);
+      for (DType dtype : kFloatDTypes) {
+        const Shape shape = {8, 64, 10, 12};
+        const DType pd = param_dtype(dtype);
+        Tensor xh = random_values(shape, ++seed, dtype);
+        xh.narrow(1, 3, 1).fill_(0.75);
+        xh.narrow(1, 5, 1).fill_(-0.5);
+        Tensor bh = random_values({64}, ++seed, pd);
+        bh.narrow(0, 3, 1).fill_(0.0);
+        bh.narrow(0, 5, 1).fill_(1e-8);
+        for (int i = 0; i < 4; ++i) {
+          xh.narrow(1, 6 + i, 1).fill_(0.25);
+          bh.narrow(0, 6 + i, 1).fill_(static_cast<double>(bounds[i]));
+        }
+        const Tensor x = to_cuda(xh.contiguous(format)),
+                     dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
+        const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
+        const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
+        const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
+        const Tensor y = empty_like(x);
+        ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
+        const auto backward = [&](bool from_x) {
+          const ops::cuda::BatchNormGrads g{
+              .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
+          ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
+                                                {.on = from_x, .bias = from_x ? b : Tensor()});
+          return g;
+        };
+        const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
+        const std::string what =
+            context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW") +
+            (persistent ? " persistent" : "");
+        for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},
+                                         {from_x.dweight, from_y.dweight, "dweight"},
+                                         {from_x.dbias, from_y.dbias, "dbias"}}) {
+          NoGradGuard no_grad;
+          EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
+        }
+        // The constant zero channel's gradient is masked away entirely, and so is the 1e-8 one's
+        // in float16, where its output rounds to zero.
+        EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
+        if (dtype == kFloat16)
+          EXPECT_EQ(max(abs(from_x.dx.narrow(1, 5, 1).to(kFloat64))).item<double>(), 0.0) << what;
+        // At each bound the y is zero in the dtype whose bound it is; a float above it passes.
+        const auto passed = [&](int channel) {
+          return max(abs(from_x.dx.narrow(1, channel, 1).to(kFloat64))).item<double>() > 0.0;
+        };
+        EXPECT_EQ(passed(6), dtype != kFloat16) << what << " at half of float16's smallest subnormal";
+        EXPECT_TRUE(passed(7)) << what << " just above it";
+        EXPECT_EQ(passed(8), dtype != kFloat16 && dtype != kBFloat16)
+            << what << " at half of bfloat16's smallest subnormal";
+        EXPECT_EQ(passed(9), dtype != kFloat16) << what << " just above it";
+        EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
       }
-      // The constant zero channel's gradient is masked away entirely, and so is the 1e-8 one's
-      // in float16, where its output rounds to zero.
-      EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
-      if (dtype == kFloat16)
-        EXPECT_EQ(max(abs(from_x.dx.narrow(1, 5, 1).to(kFloat64))).item<double>(), 0.0) << what;
-      EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
     }
-  }
 }
 
 // ---- layer norm ------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ TEST(CudaPersistentBatchNorm, TakesShortChannelsLastRowsOfWholeVectorsOnly) {
 }
 
 // Through the public ops, which take the persistent kernels for these shapes in every dtype
-// (16-bit up to kPersistentRowsOverCudnn rows, batch_norm_cudnn.cpp).
+// when switched on (up to kPersistentMaxRows rows, batch_norm_persistent.cu).
 TEST(CudaPersistentBatchNorm, EveryVariantMatchesTheCpuInFloat64) {
   SKIP_WITHOUT_GPU();
   const PersistentBatchNorm on(true);
@@ -119,8 +119,8 @@ TEST(CudaPersistentBatchNorm, StreamedRowsMatchTheTwoPassKernels) {
     Shape shape;
     DType dtype;
   };
-  // About 70 rows a thread in 16-bit (56 kept in the forward, 28 in the backward) and 35 in
-  // float32 (28 and 14).
+  // About 70 rows a thread in 16-bit (56 kept in the forward, 26 in the backward) and 35 in
+  // float32 (28 and 13).
   const Case cases[] = {
       {{128, 8, 136, 136}, kFloat16}, {{128, 8, 136, 136}, kBFloat16}, {{64, 16, 96, 96}, kFloat32}};
   for (const Case& c : cases) {
@@ -143,17 +143,22 @@ TEST(CudaPersistentBatchNorm, StreamedRowsMatchTheTwoPassKernels) {
         k::batch_norm_forward_kernel({x, w, b, rm, rv}, y, stats, 0.3, 1e-5, zf, relu);
       }
     };
+    // in_place: the result written over a copy of dy (dz with the add, else dx), as the fused
+    // ops do with a gradient nothing else holds; threads then re-read rows they did not keep
+    // from the tensor they are writing.
     const auto backward = [&](bool persistent, const k::BatchNormStats& stats, const Tensor& relu_y, bool add,
-                              bool from_x) {
-      const k::BatchNormGrads g{.dx = empty_like(x),
-                                .dresidual = add ? empty_like(x) : Tensor(),
+                              bool from_x, bool in_place = false) {
+      const Tensor grad = in_place ? dy.clone() : dy;
+      const Tensor over = in_place ? grad : empty_like(x);
+      const k::BatchNormGrads g{.dx = add ? empty_like(x) : over,
+                                .dresidual = add ? over : Tensor(),
                                 .dweight = params(),
                                 .dbias = params()};
       const k::ReluMaskFromX mask{.on = from_x, .bias = from_x ? b : Tensor()};
       if (persistent) {
-        EXPECT_TRUE(k::batch_norm_backward_persistent(dy, x, w, stats, g, relu_y, mask));
+        EXPECT_TRUE(k::batch_norm_backward_persistent(grad, x, w, stats, g, relu_y, mask));
       } else {
-        k::batch_norm_backward_kernel(dy, x, w, stats, g, relu_y, mask);
+        k::batch_norm_backward_kernel(grad, x, w, stats, g, relu_y, mask);
       }
       return g;
     };
@@ -186,6 +191,9 @@ TEST(CudaPersistentBatchNorm, StreamedRowsMatchTheTwoPassKernels) {
         expect_close(persistent.dweight, two_pass.dweight, par, std::string(mask) + " dweight");
         expect_close(persistent.dbias, two_pass.dbias, par, std::string(mask) + " dbias");
         if (fused == 2) expect_close(persistent.dresidual, two_pass.dresidual, Tolerance{0, 0}, "dz");
+        const k::BatchNormGrads in_place = backward(true, stats[1], relu_y, fused == 2, from_x, true);
+        expect_close(in_place.dx, two_pass.dx, out, std::string(mask) + " dx, in place");
+        if (fused == 2) expect_close(in_place.dresidual, two_pass.dresidual, Tolerance{0, 0}, "dz, in place");
       }
       if (fused != 0 || c.dtype != kFloat32) continue;
       const BnRun cpu = run_batch_norm(h.x, h.w, h.b, h.rm, h.rv, h.g, Device::cpu(), {.momentum = 0.3});
