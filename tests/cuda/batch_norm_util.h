@@ -5,9 +5,14 @@
 
 #include <string>
 
+#include "nabla/ops/cuda/norm_kernels.h"
 #include "parity_util.h"
 
 namespace nabla::testing {
+
+// Sets the persistent batch-norm kernels' switch for a scope (Note [Persistent batch norm]).
+using PersistentBatchNorm =
+    ScopedSwitch<ops::cuda::persistent_batch_norm, ops::cuda::set_persistent_batch_norm>;
 
 // Batch statistics are float sums on CUDA and double sums on the CPU; 16-bit outputs may differ
 // by an ulp of rounding; parameter gradients are float32 sums of 16-bit products.

@@ -16,8 +16,6 @@ namespace nabla {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
-using PersistentBatchNorm =
-    ScopedSwitch<ops::cuda::persistent_batch_norm, ops::cuda::set_persistent_batch_norm>;
 
 struct BnCase {
   const char* name;

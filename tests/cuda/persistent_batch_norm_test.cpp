@@ -14,8 +14,6 @@ namespace nabla {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
-using PersistentBatchNorm =
-    ScopedSwitch<ops::cuda::persistent_batch_norm, ops::cuda::set_persistent_batch_norm>;
 
 struct Inputs {
   Tensor x, z, g, w, b, rm, rv;
