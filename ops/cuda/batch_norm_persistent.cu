@@ -152,30 +152,13 @@ __device__ void write_block_partials(const RowWalk& w, int64_t channels, const A
   }
 }
 
-// warp_total_of for partials written in this kernel: loads through L2 (ld.global.cg), never the
-// read-only path, which is not coherent with other blocks' writes.
-template <typename A>
-__device__ void warp_total_coherent(const A* partial, int64_t blocks, int64_t channels, int64_t c, A& s0,
-                                    A& s1) {
-  s0 = A(0);
-  s1 = A(0);
-  for (int64_t b = threadIdx.x % 32; b < blocks; b += 32) {
-    s0 += __ldcg(partial + (b * 2) * channels + c);
-    s1 += __ldcg(partial + (b * 2 + 1) * channels + c);
-  }
-  for (int mask = 16; mask > 0; mask /= 2) {
-    s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
-    s1 += __shfl_xor_sync(0xffffffffu, s1, mask);
-  }
-}
-
 // Calls finish(c, s0, s1) on lane 0 of one warp per channel, across the whole grid.
 template <typename A, typename Finish>
 __device__ void finish_channels(const A* partial, int64_t channels, Finish&& finish) {
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t c = int64_t{blockIdx.x} * (kThreads / 32) + threadIdx.x / 32; c < channels; c += warps) {
     A s0, s1;
-    warp_total_coherent(partial, gridDim.x, channels, c, s0, s1);
+    warp_total_of(partial, gridDim.x, channels, c, s0, s1);
     if (threadIdx.x % 32 == 0) finish(c, s0, s1);
   }
 }

@@ -296,15 +296,16 @@ Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const T
 // The two sums of channel c over all splits, taken by one whole warp: lane l adds splits l,
 // l + 32, ... in order, then a fixed butterfly adds the lanes, so the result does not depend on
 // timing, and every lane gets it. A warp, not a thread, because channels_last layers with few
-// channels have hundreds of splits.
+// channels have hundreds of splits. The loads go through L2 (ld.global.cg), never the read-only
+// path: the persistent kernels (batch_norm_persistent.cu) read partials that other blocks of the
+// same kernel wrote, which that path is not coherent with.
 template <typename A>
-__device__ void warp_total_of(const A* __restrict__ partial, int64_t splits, int64_t channels, int64_t c,
-                              A& s0, A& s1) {
+__device__ void warp_total_of(const A* partial, int64_t splits, int64_t channels, int64_t c, A& s0, A& s1) {
   s0 = A(0);
   s1 = A(0);
   for (int64_t s = threadIdx.x % 32; s < splits; s += 32) {
-    s0 += partial[(s * 2) * channels + c];
-    s1 += partial[(s * 2 + 1) * channels + c];
+    s0 += __ldcg(partial + (s * 2) * channels + c);
+    s1 += __ldcg(partial + (s * 2 + 1) * channels + c);
   }
   for (int mask = 16; mask > 0; mask /= 2) {
     s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
