@@ -351,4 +351,13 @@ bool batch_norm_persistent() {
   return false;
 }
 
+void set_batch_norm_cudnn(bool on) {
+  if constexpr (kHasCuda) ops::cuda::set_cudnn_batch_norm_training(on);
+}
+
+bool batch_norm_cudnn() {
+  if constexpr (kHasCuda) return ops::cuda::cudnn_batch_norm_training();
+  return false;
+}
+
 }  // namespace nabla

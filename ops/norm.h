@@ -55,6 +55,12 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 void set_batch_norm_persistent(bool on);
 bool batch_norm_persistent();
 
+// Whether CUDA training batch norms over channels_last float16/bfloat16 run on cuDNN's NHWC
+// kernels instead of nabla's own. Off by default: on an H200 nabla's are faster over ResNet-50's
+// batch norms (docs/performance.md, session 23). For comparisons. Without CUDA, a no-op.
+void set_batch_norm_cudnn(bool on);
+bool batch_norm_cudnn();
+
 // Normalizes over the trailing dims given by normalized_shape (which must match x's last dims):
 // y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
 // have shape normalized_shape and x's dtype, or are undefined. Float16/bfloat16 compute in

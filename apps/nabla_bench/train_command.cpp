@@ -68,6 +68,7 @@ struct TrainBenchOptions {
   bool graph_api = true;          // 16-bit channels_last convolutions on the graph API (set_cudnn_graph_api)
   bool space_to_depth = true;     // strided few-channel convolutions folded (set_conv_space_to_depth)
   bool persistent_bn = false;     // batch norms as persistent kernels (set_batch_norm_persistent)
+  bool cudnn_bn = false;          // 16-bit channels_last batch norms on cuDNN (set_batch_norm_cudnn)
   TorchOptions torch;
   bool torch_compile = true;  // with --compare-pytorch, also torch.compile's rows
   std::string json_path;
@@ -363,6 +364,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"cudnn_graph_api", o.graph_api},
           {"space_to_depth", o.space_to_depth},
           {"persistent_batch_norm", o.persistent_bn},
+          {"cudnn_batch_norm", o.cudnn_bn},
           {"step_mode", graph_note}};
 }
 
@@ -434,11 +436,12 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
     table.add_row(std::move(cells));
   }
   const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
-  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s%s%s%s%s\n%s",
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s%s%s%s%s%s\n%s",
               o.arch.c_str(), static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
               o.cuda_graph ? ", --cuda-graph" : "", o.conv_bn_fusion ? "" : ", --no-conv-bn-fusion",
               o.depthwise_kernels ? "" : ", --no-depthwise-kernels", o.graph_api ? "" : ", --legacy-convs",
               o.space_to_depth ? "" : ", --no-space-to-depth", o.persistent_bn ? ", --persistent-bn" : "",
+              o.cudnn_bn ? ", --cudnn-bn" : "",
               with_torch ? "; ratio = nabla / PyTorch (eager, and torch.compile where shown)" : "",
               table.render().c_str());
 }
@@ -478,6 +481,7 @@ void run_train(const TrainBenchOptions& o) {
   set_cudnn_graph_api(o.graph_api);
   set_conv_space_to_depth(o.space_to_depth);
   set_batch_norm_persistent(o.persistent_bn);
+  set_batch_norm_cudnn(o.cudnn_bn);
 
   std::vector<nlohmann::json> rows;
   for (const auto& amp : amps) {
@@ -600,6 +604,9 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("--persistent-bn", o->persistent_bn,
                 "Run channels_last training batch norms of up to 65536 rows as nabla's persistent kernels "
                 "(off by default: not yet faster), for comparison");
+  cmd->add_flag("--cudnn-bn", o->cudnn_bn,
+                "Run channels_last float16/bfloat16 training batch norms on cuDNN's NHWC kernels instead of "
+                "nabla's, for comparison");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag("!--no-torch-compile", o->torch_compile,
                 "With --compare-pytorch, skip the torch.compile run (it compiles for a minute or more)");

@@ -5,6 +5,7 @@
 // them lies, shape by shape.
 //
 //   ./build/cuda/bench/nabla_bench_batch_norm [nchw|channels-last, default channels-last] [runs, default 30]
+//                                             [all|two-pass, default all: the routes timed]
 //
 // Each cell is the median of CUDA-event-timed calls after warm-up, on preallocated tensors.
 // GB/s counts the bytes nabla's kernels must move: forward reads x twice (statistics, then the
@@ -144,6 +145,13 @@ int main(int argc, char** argv) {
   }
   const MemoryFormat format = layout == "nchw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
   const int runs = argc > 2 ? std::max(5, std::atoi(argv[2])) : 30;
+  const std::string routes = argc > 3 ? argv[3] : "all";
+  if (routes != "all" && routes != "two-pass") {
+    std::fprintf(stderr, "nabla_bench_batch_norm: routes must be all or two-pass, got '%s'\n",
+                 routes.c_str());
+    return 2;
+  }
+  const bool others = routes == "all";
 
   std::printf(
       "batch norm + ReLU, training, batch %lld, %s, median of %d runs (us; GB/s of the two-pass kernels' "
@@ -153,7 +161,7 @@ int main(int argc, char** argv) {
               "persist", "", "", "", "", "cuDNN", "", "", "");
   std::printf("%-9s %-12s | %7s %7s %7s | %7s %7s %7s %6s %6s | %7s %7s %6s %6s\n", "dtype", "shape", "fwd",
               "bwd", "x-mask", "fwd", "bwd", "x-mask", "fGB/s", "xGB/s", "fwd", "bwd", "fGB/s", "bGB/s");
-  const bool nhwc = format == MemoryFormat::ChannelsLast;
+  const bool nhwc = format == MemoryFormat::ChannelsLast && others;
   for (DType dtype : {nabla::kFloat32, nabla::kFloat16, nabla::kBFloat16}) {
     Times total, total_persistent, total_cudnn;
     bool any_cudnn = false;
@@ -171,12 +179,16 @@ int main(int argc, char** argv) {
       }
       const std::string shape =
           std::to_string(s.channels) + "x" + std::to_string(s.side) + "x" + std::to_string(s.side);
-      std::printf("%-9s %-12s | %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %6.0f %6.0f |",
-                  std::string(nabla::dtype_name(dtype)).c_str(), shape.c_str(), k.forward * 1e3,
-                  k.backward * 1e3, k.backward_from_x * 1e3, p.forward * 1e3, p.backward * 1e3,
-                  p.backward_from_x * 1e3, nhwc ? gbps(fwd_bytes, p.forward) : 0.0,
-                  nhwc ? gbps(xmask_bytes, p.backward_from_x) : 0.0);
-      if (const std::optional<Times> c = time_cudnn(b, runs)) {
+      std::printf("%-9s %-12s | %7.1f %7.1f %7.1f |", std::string(nabla::dtype_name(dtype)).c_str(),
+                  shape.c_str(), k.forward * 1e3, k.backward * 1e3, k.backward_from_x * 1e3);
+      if (nhwc) {
+        std::printf(" %7.1f %7.1f %7.1f %6.0f %6.0f |", p.forward * 1e3, p.backward * 1e3,
+                    p.backward_from_x * 1e3, gbps(fwd_bytes, p.forward),
+                    gbps(xmask_bytes, p.backward_from_x));
+      } else {  // not timed
+        std::printf(" %7s %7s %7s %6s %6s |", "-", "-", "-", "-", "-");
+      }
+      if (const std::optional<Times> c = others ? time_cudnn(b, runs) : std::nullopt) {
         any_cudnn = true;
         total_cudnn.forward += s.layers * c->forward;
         total_cudnn.backward += s.layers * c->backward;

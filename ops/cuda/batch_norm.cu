@@ -1,7 +1,7 @@
 // nabla's own CUDA batch-norm kernels, for the calls cuDNN does not take (Note [cuDNN batch
-// norm] in batch_norm_cudnn.cpp): every contiguous (NCHW) input and float32 channels_last
-// training, where they are faster than cuDNN's, bfloat16 eval, very large batches, and anything
-// cuDNN refuses. So they are built for bandwidth, not only for correctness
+// norm] in batch_norm_cudnn.cpp): every contiguous (NCHW) input and float32/float16/bfloat16
+// channels_last training, where they are faster than cuDNN's, bfloat16 eval, very large batches,
+// and anything cuDNN refuses. So they are built for bandwidth, not only for correctness
 // (bench/cuda/batch_norm_shapes.cpp times them at ResNet-50's shapes).
 //
 // Statistics and gradient sums take two kernels each: the partial sums of batch_norm_sums.cuh,
@@ -42,7 +42,7 @@ __global__ void stats_finalize_kernel(const opmath_t<T>* __restrict__ partial, i
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
-  warp_total_of(partial, splits, channels, c, s0, s1);
+  warp_total_of(partial, splits, c, s0, s1);
   if (threadIdx.x % 32 != 0) return;
   finish_stats(c, channels, s0, s1, load_as_opmath(x[c * inner]), count, eps, momentum, out);
 }
@@ -68,7 +68,7 @@ __global__ void grad_finalize_kernel(const A* __restrict__ partial, int64_t spli
   const int64_t c = warp_channel();
   if (c >= channels) return;  // the whole warp
   A s0, s1;
-  warp_total_of(partial, splits, channels, c, s0, s1);
+  warp_total_of(partial, splits, c, s0, s1);
   if (threadIdx.x % 32 != 0) return;
   finish_grads(c, channels, s0, s1, count, out);
 }
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kBlockSize, 2)
         A v[V], zv[V];
         widen<T, V>(xr[u], v);
         if (z) widen<T, V>(zr[u], zv);
-        normalize_values<A, V>(v, z ? zv : nullptr, relu, k);
+        normalize_values<A, V>(v, zv, z != nullptr, relu, k);
         store_vec<T, V>(y + off, v);
       });
 }

@@ -3,12 +3,14 @@
 // Note [cuDNN batch norm]
 // x reaches us dense, contiguous or channels_last (the front end sees to it). Only channels_last
 // (N, C, H, W) goes to cuDNN, described as NHWC, so nothing is transposed:
-//  - Training: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in
-//    CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's fast NHWC kernels) for float16/bfloat16,
-//    and CUDNN_BATCHNORM_SPATIAL for float64. Its reserve space goes to the backward.
+//  - Training: the Ex API with bnOps CUDNN_BATCHNORM_OPS_BN, in CUDNN_BATCHNORM_SPATIAL mode
+//    for float64, and in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode (cuDNN's NHWC kernels) for
+//    float16/bfloat16 when set_cudnn_batch_norm_training is on (off by default, below). Its
+//    reserve space goes to the backward.
 //  - Eval (float16/float32/float64): cudnnBatchNormalizationForwardInference,
 //    CUDNN_BATCHNORM_SPATIAL (cuDNN has no eval backward; the front end writes that one with ops).
-//  - Fused (batch_norm_relu / batch_norm_add_relu, channels_last float16/bfloat16, training):
+//  - Fused (batch_norm_relu / batch_norm_add_relu, channels_last float16/bfloat16 with the
+//    switch on, training):
 //    the Ex API in SPATIAL_PERSISTENT mode with bnOps BN_ACTIVATION or BN_ADD_ACTIVATION and a
 //    ReLU activation descriptor; workspace and reserve sizes come from the matching Get*Size
 //    calls.
@@ -19,14 +21,14 @@
 // (cudnnBatchNormalizationForwardTraining / Backward / ForwardInference) nabla's own are faster
 // than: ResNet-50 training on an H200, batch 256, went from 117.8 to 99.8 ms per step in float32
 // and from 85.4 to 60.7 ms in float16 when they moved (docs/performance.md, session 6). Also
-// float32 channels_last training, plain and fused: nabla's channels_last kernels took that
-// ResNet-50 step from 81.5 to 74.5 ms (session 7), while in float16/bfloat16 cuDNN's NHWC kernels
-// stayed faster (36.1 against 50.4 ms), so 16-bit channels_last training stays on cuDNN. It still
-// does after session 21, when nabla's kernels kept two rows' loads in flight and relu(bn(x))'s
-// backward recomputed the ReLU's mask from x (five passes over activations, not seven):
-// weighted over ResNet-50's shapes in bfloat16, nabla's forward took 5.14 ms and backward
-// 8.68 ms against cuDNN's 5.67 and 7.79, and the bfloat16 step went from 34.54 to 35.36 ms with
-// relu(bn(x)) on nabla's kernels (docs/performance.md). Also
+// channels_last training in float32 (since session 7) and, since session 23, in float16 and
+// bfloat16, plain and fused. Until then cuDNN's semi-persistent NHWC kernels were faster in
+// 16-bit; session 23 found what held nabla's kernels back there: elementwise threads that loaded
+// up to 56 coefficients for 4 vectors of data, partial sums spread over four waves of blocks,
+// and finishing warps that added hundreds of partials through one chain of L2 round trips
+// (about 10 us per layer). Without those, the bfloat16 ResNet-50 step went from 34.45 ms on
+// cuDNN to about 32.4 ms on nabla's kernels (docs/performance.md, session 23). cuDNN's route
+// stays behind set_cudnn_batch_norm_training, for comparison. Also
 // bfloat16 eval (PyTorch's cuDNN path leaves bfloat16 out altogether), batches past cuDNN's
 // limits (N > 880801 in training, > 65535 in eval), more than 2^31 elements, and any call cuDNN
 // answers with a NOT_SUPPORTED status (checked before it runs anything). Those run on nabla's
@@ -36,6 +38,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <atomic>
 #include <climits>
 
 #include "nabla/core/cuda/check.h"
@@ -62,11 +65,15 @@ bool is_nhwc(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous();
 }
 
-// float32 channels_last training runs on nabla's kernels, which beat cuDNN's NHWC kernels
-// there; 16-bit stays on cuDNN (see the Note) unless the persistent kernels are switched on and
-// take x (Note [Persistent batch norm]).
+std::atomic<bool> cudnn_training_on{false};
+
+// float32, float16 and bfloat16 channels_last training runs on nabla's kernels, which beat
+// cuDNN's NHWC kernels there (see the Note), unless set_cudnn_batch_norm_training sends the
+// 16-bit ones back; float64 stays on cuDNN.
 bool training_on_kernels(const Tensor& x) {
-  return x.dtype() == kFloat32 || persistent_batch_norm_takes(x);
+  if (x.dtype() == kFloat32 || persistent_batch_norm_takes(x)) return true;
+  const bool half = x.dtype() == kFloat16 || x.dtype() == kBFloat16;
+  return half && !cudnn_training_on.load(std::memory_order_relaxed);
 }
 
 // Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
@@ -251,6 +258,14 @@ void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
   }
   // The saved mean and inverse std are the same pair whichever path made them.
   batch_norm_backward_kernel(dy, x, weight, stats, grads);
+}
+
+void set_cudnn_batch_norm_training(bool on) {
+  cudnn_training_on.store(on, std::memory_order_relaxed);
+}
+
+bool cudnn_batch_norm_training() {
+  return cudnn_training_on.load(std::memory_order_relaxed);
 }
 
 std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,

@@ -98,15 +98,16 @@ __device__ void finish_grads(int64_t c, int64_t channels, A s0, A s1, int64_t co
 
 // ---- the elementwise formulas, from the coefficients -------------------------------------------
 
-// y = relu((x - mean) * scale + shift + z) over V values in place (v holds x), z and the ReLU
-// optional (z null: none).
+// y = relu((x - mean) * scale + shift + z) over V values in place (v holds x), z (when `add`)
+// and the ReLU optional. z by reference, not pointer: a pointer to the caller's array would put
+// it in local memory.
 template <typename A, int V, int K>
-__device__ __forceinline__ void normalize_values(A (&v)[V], const A* z, bool relu,
+__device__ __forceinline__ void normalize_values(A (&v)[V], const A (&z)[V], bool add, bool relu,
                                                  const ChannelCoefs<A, V, K>& k) {
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     v[j] = batch_normalized(v[j], k.v[kMean][j], k.v[kScale][j], k.v[kShift][j]);
-    if (z) v[j] += z[j];
+    if (add) v[j] += z[j];
     if (relu) v[j] = v[j] > A(0) ? v[j] : A(0);
   }
 }

@@ -130,7 +130,7 @@ __device__ Vec<T, V> kept_row(const Vec<T, V>* cache, int64_t slot, int tensor, 
 }
 
 // Adds each channel's sums over the block's threads (those sharing `col`, in row order) and
-// writes them as the block's partials, [block][2][C], the layout warp_total_of reads. One
+// writes them as the block's partials, [C][2][block] (partial_index), the layout warp_total_of reads. One
 // barrier for all 2V sums of a thread: these run once per kernel, but on small activations a
 // kernel is short, and a barrier per sum cost microseconds.
 template <typename A, int V>
@@ -148,7 +148,7 @@ __device__ void write_block_partials(const RowWalk& w, int64_t channels, const A
     const int64_t k = o / channels, c = o % channels, col = c / V, j = c % V;
     A total = A(0);
     for (int64_t r = 0; r < w.step; ++r) total += column[k * V + j][r * cols + col];
-    partial[(blockIdx.x * 2 + k) * channels + c] = total;
+    partial[partial_index(c, static_cast<int>(k), blockIdx.x, gridDim.x)] = total;
   }
 }
 
@@ -158,7 +158,7 @@ __device__ void finish_channels(const A* partial, int64_t channels, Finish&& fin
   const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
   for (int64_t c = int64_t{blockIdx.x} * (kThreads / 32) + threadIdx.x / 32; c < channels; c += warps) {
     A s0, s1;
-    warp_total_of(partial, gridDim.x, channels, c, s0, s1);
+    warp_total_of(partial, gridDim.x, c, s0, s1);
     if (threadIdx.x % 32 == 0) finish(c, s0, s1);
   }
 }
@@ -186,7 +186,7 @@ struct ForwardArgs {
   bool relu;
   double eps, momentum;
   StatsOut<opmath_t<T>> out;
-  opmath_t<T>* partial;  // [blocks][2][C]
+  opmath_t<T>* partial;  // [C][2][blocks]
 };
 
 template <typename T, int V>
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(ForwardArgs<T> a) 
     A v[V], zv[V];
     widen<T, V>(xr, v);
     if (a.z) widen<T, V>(zr, zv);
-    normalize_values<A, V>(v, a.z ? zv : nullptr, a.relu, k);
+    normalize_values<A, V>(v, zv, a.z != nullptr, a.relu, k);
     store_vec<T, V>(a.y + offset(i), v);
   };
   const int64_t kept_end = std::min<int64_t>(n, R + S);

@@ -12,6 +12,12 @@ namespace nabla::ops::cuda::batch_norm_detail {
 
 constexpr int kSumThreads = 256;  // threads of every partial-sum block
 
+// Where split s's sum k (0 or 1) of channel c goes among the partials: [C][2][splits], so a
+// warp adding one channel's partials reads whole cache lines.
+__device__ __forceinline__ int64_t partial_index(int64_t c, int k, int64_t split, int64_t splits) {
+  return (c * 2 + k) * splits + split;
+}
+
 // ---- per-channel sums ----------------------------------------------------------------------
 //
 // A Terms type says what two sums to take per channel: prepare(c) loads what the channel's
@@ -161,7 +167,7 @@ __device__ void block_sum(A (&v)[K]) {
 }
 
 // Contiguous x: block (c, split) sums units [split * chunk, +chunk) of channel c, a unit being
-// V elements of one plane (inner % V == 0). partial is [splits][2][C].
+// V elements of one plane (inner % V == 0). partial is [C][2][splits] (partial_index).
 template <typename T, int V, typename Terms>
 __global__ void __launch_bounds__(kSumThreads)
     plane_sums_kernel(Terms terms, int64_t outer, int64_t channels, int64_t inner, int64_t chunk,
@@ -187,8 +193,8 @@ __global__ void __launch_bounds__(kSumThreads)
   }
   block_sum(s);
   if (threadIdx.x != 0) return;
-  partial[(split * 2) * channels + c] = s[0];
-  partial[(split * 2 + 1) * channels + c] = s[1];
+  partial[partial_index(c, 0, split, gridDim.y)] = s[0];
+  partial[partial_index(c, 1, split, gridDim.y)] = s[1];
 }
 
 // channels_last x (rows of C): a block is `lanes` threads across the channels, each taking V
@@ -254,32 +260,49 @@ __global__ void __launch_bounds__(kSumThreads, 2)
     for (int j = 0; j < V; ++j) {
       A total = A(0);
       for (int r = 0; r < tile_rows; ++r) total += sums[k][j][r * lanes + lane];
-      partial[(split * 2 + k) * channels + c0 + j] = total;
+      partial[partial_index(c0 + j, k, split, gridDim.y)] = total;
     }
   }
 }
 
-// Launches the partial sums of `terms` over x's layout; returns the [splits][2][C] partials.
+// Blocks of `Kernel` (kSumThreads each) that the device runs at once: one wave.
+template <auto Kernel>
+int64_t resident_wave(int device) {
+  static const int per_sm = [] {
+    int n = 0;
+    NABLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kSumThreads, 0));
+    return std::max(n, 1);
+  }();
+  return int64_t{per_sm} * sm_count(device);
+}
+
+// Launches the partial sums of `terms` over x's layout; returns the [C][2][splits] partials.
+// One wave of blocks, each with at least 8192 elements to sum: a second, partial wave left SMs
+// idle at the end of the kernel, and more splits cost the finishing warps more loads (8 blocks
+// per SM took the 16-bit passes 0.3-0.7 ms longer per ResNet-50 step than 2 to 4;
+// docs/performance.md, session 23).
 template <typename T, typename Terms>
 Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const Tensor& like,
                     cudaStream_t stream, int64_t* splits_out) {
   using A = opmath_t<T>;
-  const int64_t target_blocks = 8 * int64_t{sm_count(like.device().index)};
   const bool rows_layout = b.inner == 1;  // channels_last
   const RowTiles tiles = rows_layout ? row_tiles(b.channels, vec) : RowTiles{};
   const int64_t groups = rows_layout ? tiles.groups : b.channels;
   const int64_t units = rows_layout ? b.outer : b.outer * (b.inner / vec);
-  // Enough blocks to fill the GPU, each with at least 8192 elements to sum.
   const int64_t unit_elems = rows_layout ? int64_t{tiles.lanes} * vec : vec;
   const int64_t min_units = std::max<int64_t>(8192 / unit_elems, 1);
-  int64_t splits = std::min((target_blocks + groups - 1) / groups, (units + min_units - 1) / min_units);
-  splits = std::clamp<int64_t>(splits, 1, 65535);
-  const int64_t chunk = std::max<int64_t>((units + splits - 1) / splits, 1);
-  splits = std::max<int64_t>((units + chunk - 1) / chunk, 1);
-  Tensor partial = Tensor::empty({splits * 2 * b.channels}, like.options());
-  auto* out = static_cast<A*>(partial.data_ptr());
-  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(splits));
+  const int device = like.device().index;
+  Tensor partial;
   with_width<T>(vec, [&]<int V>() {
+    const int64_t wave = rows_layout ? resident_wave<row_sums_kernel<T, V, Terms>>(device)
+                                     : resident_wave<plane_sums_kernel<T, V, Terms>>(device);
+    int64_t splits = std::min(std::max<int64_t>(wave / groups, 1), (units + min_units - 1) / min_units);
+    splits = std::clamp<int64_t>(splits, 1, 65535);
+    const int64_t chunk = std::max<int64_t>((units + splits - 1) / splits, 1);
+    splits = std::max<int64_t>((units + chunk - 1) / chunk, 1);
+    partial = Tensor::empty({splits * 2 * b.channels}, like.options());
+    auto* out = static_cast<A*>(partial.data_ptr());
+    const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(splits));
     if (rows_layout) {
       row_sums_kernel<T, V>
           <<<grid, kSumThreads, 0, stream>>>(terms, b.outer, b.channels, tiles.lanes, tiles.rows, chunk, out);
@@ -287,26 +310,54 @@ Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const T
       plane_sums_kernel<T, V>
           <<<grid, kSumThreads, 0, stream>>>(terms, b.outer, b.channels, b.inner, chunk, out);
     }
+    *splits_out = splits;
   });
   NABLA_CUDA_CHECK_LAUNCH();
-  *splits_out = splits;
   return partial;
 }
 
 // The two sums of channel c over all splits, taken by one whole warp: lane l adds splits l,
-// l + 32, ... in order, then a fixed butterfly adds the lanes, so the result does not depend on
+// l + 32, ... into kChains running sums (chain i takes every kChains-th of them), adds the
+// chains in order, then a fixed butterfly adds the lanes, so the result does not depend on
 // timing, and every lane gets it. A warp, not a thread, because channels_last layers with few
-// channels have hundreds of splits. The loads go through L2 (ld.global.cg), never the read-only
-// path: the persistent kernels (batch_norm_persistent.cu) read partials that other blocks of the
-// same kernel wrote, which that path is not coherent with.
+// channels have hundreds of splits; several chains, so that many loads are in flight: one
+// dependent chain of L2 round trips made the finishing kernels about 10 us each
+// (docs/performance.md, session 23). The loads go through L2 (ld.global.cg), never the
+// read-only path: the persistent kernels (batch_norm_persistent.cu) read partials that other
+// blocks of the same kernel wrote, which that path is not coherent with.
 template <typename A>
-__device__ void warp_total_of(const A* partial, int64_t splits, int64_t channels, int64_t c, A& s0, A& s1) {
-  s0 = A(0);
-  s1 = A(0);
-  for (int64_t s = threadIdx.x % 32; s < splits; s += 32) {
-    s0 += __ldcg(partial + (s * 2) * channels + c);
-    s1 += __ldcg(partial + (s * 2 + 1) * channels + c);
+__device__ void warp_total_of(const A* partial, int64_t splits, int64_t c, A& s0, A& s1) {
+  constexpr int kChains = 8;
+  const A* p0 = partial + partial_index(c, 0, 0, splits);
+  const A* p1 = partial + partial_index(c, 1, 0, splits);
+  A a0[kChains], a1[kChains];
+#pragma unroll
+  for (int i = 0; i < kChains; ++i) a0[i] = a1[i] = A(0);
+  int64_t s = threadIdx.x % 32;
+  for (; s + 32 * (kChains - 1) < splits; s += 32 * kChains) {
+#pragma unroll
+    for (int i = 0; i < kChains; ++i) {
+      a0[i] += __ldcg(p0 + s + 32 * i);
+      a1[i] += __ldcg(p1 + s + 32 * i);
+    }
   }
+#pragma unroll
+  for (int i = 0; i < kChains - 1; ++i) {  // what is left: fewer than kChains loads
+    if (s + 32 * i < splits) {
+      a0[i] += __ldcg(p0 + s + 32 * i);
+      a1[i] += __ldcg(p1 + s + 32 * i);
+    }
+  }
+#pragma unroll
+  for (int n = kChains / 2; n > 0; n /= 2) {  // a fixed tree over the chains
+#pragma unroll
+    for (int i = 0; i < n; ++i) {
+      a0[i] += a0[i + n];
+      a1[i] += a1[i + n];
+    }
+  }
+  s0 = a0[0];
+  s1 = a1[0];
   for (int mask = 16; mask > 0; mask /= 2) {
     s0 += __shfl_xor_sync(0xffffffffu, s0, mask);
     s1 += __shfl_xor_sync(0xffffffffu, s1, mask);

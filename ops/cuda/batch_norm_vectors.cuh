@@ -37,11 +37,29 @@ __device__ __forceinline__ void widen(const Vec<T, V>& in, opmath_t<T> (&out)[V]
   for (int j = 0; j < V; ++j) out[j] = load_as_opmath(in.v[j]);
 }
 
+// 16-bit pairs round in one packed instruction (cvt.rn.f16x2.f32 / cvt.rn.bf16x2.f32) rather
+// than two: the same rounding, half the conversions of the elementwise passes' stores.
 template <typename T, int V>
 __device__ __forceinline__ void store_vec(T* p, const opmath_t<T> (&in)[V]) {
   Vec<T, V> out;
+  if constexpr (V % 2 == 0 && std::is_same_v<T, __half>) {
 #pragma unroll
-  for (int j = 0; j < V; ++j) out.v[j] = store_from<T>(in[j]);
+    for (int j = 0; j < V; j += 2) {
+      const __half2 h = __floats2half2_rn(in[j], in[j + 1]);
+      out.v[j] = h.x;
+      out.v[j + 1] = h.y;
+    }
+  } else if constexpr (V % 2 == 0 && std::is_same_v<T, __nv_bfloat16>) {
+#pragma unroll
+    for (int j = 0; j < V; j += 2) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(in[j], in[j + 1]);
+      out.v[j] = h.x;
+      out.v[j + 1] = h.y;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) out.v[j] = store_from<T>(in[j]);
+  }
   *reinterpret_cast<Vec<T, V>*>(p) = out;
 }
 
@@ -127,11 +145,15 @@ struct ChannelCoefs {
   }
 };
 
-// Threads for an elementwise pass: enough for four vectors each, and at least one per vector of
-// a channels_last row (for_each_vector).
+// Threads for an elementwise pass: enough for 16 vectors each, and at least one per vector of a
+// channels_last row (for_each_vector). Each thread loads its channels' coefficients once (up to
+// 7 vectors of them), so a thread with 4 vectors spent more loads on coefficients than on data:
+// 16 took 0.2-0.5 ms off the 16-bit passes of a ResNet-50 step (docs/performance.md, session 23).
+inline constexpr int kVectorsPerThread = 16;
+
 inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inner, int vec) {
   const int64_t row_vectors = inner == 1 ? channels / vec : 1;
-  return std::max(blocks_for(numel / vec, 4),
+  return std::max(blocks_for(numel / vec, kVectorsPerThread),
                   static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize));
 }
 
@@ -157,12 +179,15 @@ __device__ __forceinline__ void for_each_vector_batched(int64_t numel, int64_t c
   const int64_t threads = int64_t{gridDim.x} * blockDim.x;
   ChannelCoefs<A, V, K> k;
   if (inner == 1) {
-    const int64_t cols = channels / V, rows = numel / channels;
-    const int64_t row_step = threads / cols;  // >= 1 (elementwise_blocks)
+    // 32-bit division: the grid has fewer than 2^31 threads (blocks_for caps it), and a 64-bit
+    // one costs a thread with few rows more instructions than its data.
+    const auto cols = static_cast<uint32_t>(channels / V), t = static_cast<uint32_t>(tid);
+    const int64_t rows = numel / channels;
+    const int64_t row_step = static_cast<uint32_t>(threads) / cols;  // >= 1 (elementwise_blocks)
     if (tid >= row_step * cols) return;
-    const int64_t col = tid % cols;
+    const int64_t col = t % cols;
     k.load_row(coef, channels, col * V);
-    int64_t r = tid / cols;
+    int64_t r = t / cols;
     for (; r + (kRowsInFlight - 1) * row_step < rows; r += kRowsInFlight * row_step) {
 #pragma unroll
       for (int u = 0; u < kRowsInFlight; ++u) load((r + u * row_step) * channels + col * V, u);
@@ -192,12 +217,15 @@ __device__ __forceinline__ void for_each_vector(int64_t numel, int64_t channels,
   const int64_t threads = int64_t{gridDim.x} * blockDim.x;
   ChannelCoefs<A, V, K> k;
   if (inner == 1) {
-    const int64_t cols = channels / V, rows = numel / channels;
-    const int64_t row_step = threads / cols;  // >= 1 (elementwise_blocks)
+    // 32-bit division: the grid has fewer than 2^31 threads (blocks_for caps it), and a 64-bit
+    // one costs a thread with few rows more instructions than its data.
+    const auto cols = static_cast<uint32_t>(channels / V), t = static_cast<uint32_t>(tid);
+    const int64_t rows = numel / channels;
+    const int64_t row_step = static_cast<uint32_t>(threads) / cols;  // >= 1 (elementwise_blocks)
     if (tid >= row_step * cols) return;
-    const int64_t col = tid % cols;
+    const int64_t col = t % cols;
     k.load_row(coef, channels, col * V);
-    for (int64_t r = tid / cols; r < rows; r += row_step) body(r * channels + col * V, k);
+    for (int64_t r = t / cols; r < rows; r += row_step) body(r * channels + col * V, k);
     return;
   }
   for (int64_t g = tid; g < numel / V; g += threads) {

@@ -84,10 +84,16 @@ bool batch_norm_forward_persistent(const BatchNormInputs& in, const Tensor& y, c
 bool batch_norm_backward_persistent(const Tensor& dy, const Tensor& x, const Tensor& weight,
                                     const BatchNormStats& stats, const BatchNormGrads& grads,
                                     const Tensor& relu_y, const ReluMaskFromX& mask_from_x);
+// Whether channels_last float16/bfloat16 training goes to cuDNN's NHWC kernels (the Ex API)
+// instead of nabla's. Off by default: nabla's kernels are faster there since session 23 (Note
+// [cuDNN batch norm] in batch_norm_cudnn.cpp). The switch behind nabla::set_batch_norm_cudnn.
+void set_cudnn_batch_norm_training(bool on);
+bool cudnn_batch_norm_training();
 // The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
-// share a layout. Channels_last float16/bfloat16 runs as one cuDNN Ex call (weight and bias must
-// be defined there); contiguous x and channels_last float32 as nabla's kernels (the statistics,
-// then one elementwise pass; without z, the backward recomputes the ReLU's mask from x).
+// share a layout. Channels_last float64, and float16/bfloat16 with set_cudnn_batch_norm_training
+// on, run as one cuDNN Ex call (weight and bias must be defined there); everything else as
+// nabla's kernels (the statistics, then one elementwise pass; without z, the backward recomputes
+// the ReLU's mask from x).
 // Returns what ran, or nullopt, having written nothing, for a channels_last call cuDNN cannot run
 // (the caller then composes the unfused ops).
 std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,

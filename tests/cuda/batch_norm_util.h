@@ -14,6 +14,11 @@ namespace nabla::testing {
 using PersistentBatchNorm =
     ScopedSwitch<ops::cuda::persistent_batch_norm, ops::cuda::set_persistent_batch_norm>;
 
+// Sets the switch that sends channels_last 16-bit training to cuDNN's NHWC kernels for a scope
+// (Note [cuDNN batch norm]).
+using CudnnBatchNorm =
+    ScopedSwitch<ops::cuda::cudnn_batch_norm_training, ops::cuda::set_cudnn_batch_norm_training>;
+
 // Batch statistics are float sums on CUDA and double sums on the CPU; 16-bit outputs may differ
 // by an ulp of rounding; parameter gradients are float32 sums of 16-bit products.
 inline Tolerance output_tolerance(DType dtype) {

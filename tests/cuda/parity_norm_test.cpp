@@ -7,6 +7,8 @@
 #include <cmath>
 #include <iostream>
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "batch_norm_util.h"
 #include "nabla/ops/cuda/norm_kernels.h"
@@ -178,8 +180,10 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
   const Shape shape = {8, 32, 7, 7};
-  // cuDNN's route, whatever the persistent kernels' switch says (persistent_batch_norm_test).
-  const PersistentBatchNorm cudnn_route(false);
+  // cuDNN's route (off by default), whatever the persistent kernels' switch says
+  // (persistent_batch_norm_test).
+  const PersistentBatchNorm not_persistent(false);
+  const CudnnBatchNorm cudnn_route(true);
   for (DType dtype : {kFloat16, kBFloat16}) {
     const Tensor x = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
     const Tensor z = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
@@ -196,6 +200,16 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
           ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5);
       fused = forward.has_value();
       if (fused) EXPECT_EQ(forward->impl, ops::cuda::BatchNormImpl::CudnnEx);
+      // Off, the switch leaves the call to nabla's kernels.
+      const CudnnBatchNorm kernels_route(false);
+      EXPECT_EQ(
+          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5)
+              ->impl,
+          ops::cuda::BatchNormImpl::Kernel);
+      EXPECT_EQ(
+          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, {}, y, stats, 0.1, 1e-5)
+              ->impl,
+          ops::cuda::BatchNormImpl::KernelReluFromX);
       if (dtype == kFloat16) EXPECT_TRUE(fused) << "cuDNN refused the fused float16 NHWC BN + add + ReLU";
       // The reserve space lives from forward to backward: its size per element is part of the
       // fused path's memory cost against PyTorch's unfused BN + ReLU.
@@ -221,13 +235,33 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
   }
 }
 
+struct RouteCase {
+  MemoryFormat format;
+  Shape shape;
+  DType dtype;
+  bool cudnn;  // CudnnBatchNorm's switch
+};
+
+// Every case in every float dtype on the default route, and channels_last 16-bit again with
+// cuDNN's switch on.
+std::vector<RouteCase> route_cases(std::span<const std::pair<MemoryFormat, Shape>> cases) {
+  std::vector<RouteCase> out;
+  for (const auto& [format, shape] : cases)
+    for (DType dtype : kFloatDTypes)
+      for (bool cudnn : {false, true})
+        if (!cudnn || (format == MemoryFormat::ChannelsLast && (dtype == kFloat16 || dtype == kBFloat16)))
+          out.push_back({format, shape, dtype, cudnn});
+  return out;
+}
+
 // In training the fused variants run on nabla's kernels (the add and the ReLU in the normalizing
 // pass, the ReLU's mask in the backward, recomputed from x without the add) for contiguous input
-// and for channels_last float32, and on cuDNN's Ex kernels for channels_last 16-bit; in eval
-// they compose the ops. All against the
-// CPU's composed ops, for every dtype, at a small shape and at one whose channel sums split over
-// blocks (contiguous: planes of 8-wide vectors; channels_last: 64 channels of 4-wide vectors over
-// many row tiles); with a gradient the caller holds, and with one the op may write dx or dz over.
+// and channels_last float32/float16/bfloat16, and on cuDNN's Ex kernels for channels_last
+// float64 and, with its switch on, 16-bit (run both ways here); in eval they compose the ops.
+// All against the CPU's composed ops, for every dtype, at a small shape and at one whose channel
+// sums split over blocks (contiguous: planes of 8-wide vectors; channels_last: 64 channels of
+// 4-wide vectors over many row tiles); with a gradient the caller holds, and with one the op may
+// write dx or dz over.
 TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
@@ -235,8 +269,9 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
                                                   {MemoryFormat::Contiguous, {16, 24, 16, 16}},
                                                   {MemoryFormat::ChannelsLast, {4, 6, 3, 5}},
                                                   {MemoryFormat::ChannelsLast, {8, 64, 14, 14}}};
-  for (const auto& [format, shape] : cases) {
-    for (DType dtype : kFloatDTypes) {
+  for (const auto& [format, shape, dtype, cudnn] : route_cases(cases)) {
+    const CudnnBatchNorm route(cudnn);
+    {
       const int64_t ch = shape[1];
       const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
       const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
@@ -252,7 +287,7 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
           const std::string what =
               context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
               shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
-              (owned ? " owned grad" : "");
+              (owned ? " owned grad" : "") + (cudnn ? " cudnn" : "");
           EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
           // A fused 16-bit forward rounds once, where the composed ops round before the add.
           if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
