@@ -3,12 +3,13 @@
 // x is handed to the kernels dense, in contiguous or channels_last order (a channels_last x is
 // read in place and gives a channels_last y); anything else is copied first. The running stats
 // are updated by the kernels in place, outside autograd, and their version is bumped so that a
-// node that saved them notices. The training backward is one fused kernel (cuDNN's on CUDA);
-// the eval backward is written with ops (it is a per-channel scale).
+// node that saved them notices. The training backward is one fused call (nabla's kernels or
+// cuDNN's on CUDA); the eval backward is written with ops (it is a per-channel scale).
 //
-// The fused variants take cuDNN's fused BN + ReLU (+ add) kernels for channels_last
-// float16/bfloat16 input in training on CUDA; everywhere else they compose batch_norm, add and
-// relu, so every path gives the same values.
+// The fused variants take nabla's fused BN + ReLU (+ add) kernels (or cuDNN's, where the routing
+// in ops/cuda/batch_norm_cudnn.cpp sends the call there) for contiguous and channels_last
+// float32/float16/bfloat16 input in training on CUDA; everywhere else they compose batch_norm,
+// add and relu, so every path gives the same values.
 #include "nabla/ops/norm.h"
 
 #include <cmath>
@@ -194,12 +195,13 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   return y;
 }
 
-// ---- fused path: cuDNN Ex (channels_last 16-bit) or nabla's kernels (the rest) ----------------
+// ---- fused path: nabla's kernels, or cuDNN Ex (channels_last 16-bit with its switch on) ------
 
 bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
   if (!options.training || !x.is_cuda()) return false;
   if (x.is_contiguous()) return true;
-  // channels_last: float32 on nabla's kernels, 16-bit on cuDNN's Ex kernels; float64 composes.
+  // channels_last: nabla's kernels (16-bit on cuDNN's Ex kernels with set_batch_norm_cudnn);
+  // float64 composes.
   return is_channels_last(x) && x.dtype() != kFloat64;
 }
 

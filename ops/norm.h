@@ -15,11 +15,12 @@
 // and running stats may be undefined in training (no tracking). A channels_last x gives a
 // channels_last result.
 //
-// On CUDA, batch norm runs on cuDNN for channels_last input and on nabla's own kernels for
-// contiguous input and channels_last float32 training (Note [cuDNN batch norm] in
-// ops/cuda/batch_norm_cudnn.cpp). In training the fused variants run as one pass too: cuDNN's
-// fused kernels for channels_last float16/bfloat16 input, nabla's kernels (ReLU and add in the
-// normalizing pass, the mask in the backward) otherwise. Elsewhere (eval, the CPU, float64) they
+// On CUDA, training batch norm runs on nabla's own kernels for contiguous input and for
+// channels_last float32/float16/bfloat16, and on cuDNN for channels_last float64 (and 16-bit
+// with set_batch_norm_cudnn); eval runs on cuDNN for channels_last float16/float32/float64 (Note
+// [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp). In training the fused variants run as
+// one pass too: nabla's kernels (ReLU and add in the normalizing pass, the mask in the backward),
+// or cuDNN's fused kernels where cuDNN takes the call. Elsewhere (eval, the CPU, float64) they
 // compose batch_norm, add and relu, with the same results.
 #pragma once
 
@@ -50,8 +51,8 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 // a multiple of 4 up to 2048, at most 65536 rows) run as one persistent kernel per direction,
 // which keeps part of each activation on chip between its two passes (Note [Persistent batch
 // norm] in ops/cuda/batch_norm_persistent.cu). Off by default: on an H200 they are not yet
-// faster than nabla's two-pass kernels (float32) and cuDNN's NHWC kernels (float16/bfloat16)
-// they replace. For experiments and comparisons. Without CUDA, a no-op.
+// faster than the two-pass kernels they replace. For experiments and comparisons. Without CUDA,
+// a no-op.
 void set_batch_norm_persistent(bool on);
 bool batch_norm_persistent();
 

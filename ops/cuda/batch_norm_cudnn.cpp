@@ -26,8 +26,8 @@
 // 16-bit; session 23 found what held nabla's kernels back there: elementwise threads that loaded
 // up to 56 coefficients for 4 vectors of data, partial sums spread over four waves of blocks,
 // and finishing warps that added hundreds of partials through one chain of L2 round trips
-// (about 10 us per layer). Without those, the bfloat16 ResNet-50 step went from 34.45 ms on
-// cuDNN to about 32.4 ms on nabla's kernels (docs/performance.md, session 23). cuDNN's route
+// (about 10 us per layer). Without those, the bfloat16 ResNet-50 step went from 34.66 ms on
+// cuDNN to 32.0 ms on nabla's kernels (docs/performance.md, session 23). cuDNN's route
 // stays behind set_cudnn_batch_norm_training, for comparison. Also
 // bfloat16 eval (PyTorch's cuDNN path leaves bfloat16 out altogether), batches past cuDNN's
 // limits (N > 880801 in training, > 65535 in eval), more than 2^31 elements, and any call cuDNN

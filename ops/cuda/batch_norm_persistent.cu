@@ -13,7 +13,7 @@
 //     shared memory, the rest not
 //     at all. The backward keeps the masked gradient g and x.
 //  2. Each block writes its per-channel partial sums. After a grid-wide barrier, one warp per
-//     channel adds the partials in block order (deterministic) and finishes the channel
+//     channel adds the partials in a fixed order (warp_total_of; deterministic) and finishes the channel
 //     (finish_stats / finish_grads). After a second barrier, every thread reads its
 //     coefficients.
 //  3. The elementwise pass walks each thread's rows backwards: first the rows it did not keep,
@@ -24,7 +24,8 @@
 // from device memory once, and a larger one's second read is cut by that much.
 //
 // Measured on an H200 (docs/performance.md, session 22), these kernels are not yet faster than the
-// routes they would replace, so they are off by default (set_persistent_batch_norm, and
+// routes they would replace (then cuDNN's NHWC kernels in 16-bit; since session 23 the two-pass
+// kernels, faster still), so they are off by default (set_persistent_batch_norm, and
 // nabla::set_batch_norm_persistent). Weighted over ResNet-50's BN + ReLU layers at batch 256
 // (nabla_bench_batch_norm): float16 forward 5.65 ms against cuDNN's 5.64 and backward (mask from x)
 // 7.88 against 7.77; bfloat16's backward 12.3 ms against cuDNN's 8.0; float32 level with the
@@ -80,9 +81,10 @@ constexpr int kInFlight = 4;
 std::atomic<bool> persistent_on{false};  // off by default: see the Note
 
 // Rows up to which the switched-on routes take the persistent kernels (over the two-pass
-// kernels in float32, over cuDNN's NHWC kernels in 16-bit): at ResNet-50's batch norms at batch
-// 256 they were faster only at 14x14 and 7x7 (up to 50176 rows), and slower from 28x28 (200704
-// rows) up, where there is more to stream than to keep.
+// kernels, or cuDNN's NHWC kernels in 16-bit with set_cudnn_batch_norm_training on): at
+// ResNet-50's batch norms at batch 256 they were faster only at 14x14 and 7x7 (up to 50176
+// rows; session 22, against cuDNN), and slower from 28x28 (200704 rows) up, where there is more
+// to stream than to keep.
 constexpr int64_t kPersistentMaxRows = 65536;
 
 // The rows of the calling thread: first + i * step for i < count, all within its block's

@@ -5,6 +5,9 @@
 // channels of a row; both with 16-byte loads where the layout allows.
 #pragma once
 
+#include <array>
+#include <atomic>
+
 #include "nabla/ops/cuda/batch_norm_vectors.cuh"
 #include "nabla/ops/cuda/reduce_layout.h"
 
@@ -13,7 +16,8 @@ namespace nabla::ops::cuda::batch_norm_detail {
 constexpr int kSumThreads = 256;  // threads of every partial-sum block
 
 // Where split s's sum k (0 or 1) of channel c goes among the partials: [C][2][splits], so a
-// warp adding one channel's partials reads whole cache lines.
+// warp adding one channel's partials reads whole cache lines. The writes, one per channel per
+// block, are scattered instead; they are few, and the finishing warps' loads were the slow side.
 __device__ __forceinline__ int64_t partial_index(int64_t c, int k, int64_t split, int64_t splits) {
   return (c * 2 + k) * splits + split;
 }
@@ -265,15 +269,19 @@ __global__ void __launch_bounds__(kSumThreads, 2)
   }
 }
 
-// Blocks of `Kernel` (kSumThreads each) that the device runs at once: one wave.
+// Blocks of `Kernel` (kSumThreads each) that `device` (the current one) runs at once: one wave.
+// Cached per device, as sm_count is.
 template <auto Kernel>
 int64_t resident_wave(int device) {
-  static const int per_sm = [] {
-    int n = 0;
+  static std::array<std::atomic<int>, 128> per_sm{};
+  NABLA_ASSERT(device >= 0 && device < static_cast<int>(per_sm.size()), "device index {}", device);
+  int n = per_sm[device].load(std::memory_order_relaxed);
+  if (n == 0) {
     NABLA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kernel, kSumThreads, 0));
-    return std::max(n, 1);
-  }();
-  return int64_t{per_sm} * sm_count(device);
+    n = std::max(n, 1);
+    per_sm[device].store(n, std::memory_order_relaxed);
+  }
+  return int64_t{n} * sm_count(device);
 }
 
 // Launches the partial sums of `terms` over x's layout; returns the [C][2][splits] partials.

@@ -2,10 +2,11 @@
 // without nvcc. Same tensor contracts as ops/cpu/norm_kernels.h. Everything runs on the current
 // stream of x's device and never synchronizes.
 //
-// A training-mode batch norm forward runs on cuDNN for channels_last float16/bfloat16/float64
-// input where cuDNN supports the call, and on nabla's own kernels otherwise (Note [cuDNN batch
-// norm] in batch_norm_cudnn.cpp). It reports which, and its backward must be given that report
-// back, because cuDNN's backward needs the matching mode and the reserve space the forward filled.
+// A training-mode batch norm forward runs on cuDNN for channels_last float64 input (and
+// float16/bfloat16 with set_cudnn_batch_norm_training on) where cuDNN supports the call, and on
+// nabla's own kernels otherwise (Note [cuDNN batch norm] in batch_norm_cudnn.cpp). It reports which, and its
+// backward must be given that report back, because cuDNN's backward needs the matching mode and the reserve
+// space the forward filled.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +74,9 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
 // persistent_batch_norm_takes(x): the switch is on, the layout fits and x has at most 65536
 // rows, beyond which they were no faster. The two calls below run them whenever the layout and
 // pointers fit, and return false, having written nothing, where they do not.
-// The switch is off by default (they are not yet faster; see the Note); on, 16-bit
-// channels_last training of up to 65536 rows leaves cuDNN for them. It is the switch behind
-// nabla::set_batch_norm_persistent.
+// The switch is off by default (they are not yet faster; see the Note); on, channels_last
+// training of up to 65536 rows leaves the two-pass kernels (or cuDNN's) for them. It is the
+// switch behind nabla::set_batch_norm_persistent.
 void set_persistent_batch_norm(bool on);
 bool persistent_batch_norm();
 bool persistent_batch_norm_takes(const Tensor& x);
@@ -120,8 +121,8 @@ struct FusedBatchNormSaved {
 //    one gave wrong gradients on an H200), and masking first for its plain backward took a
 //    pass more: ResNet-50's fp16 step went from 32.46 to 31.79 ms (docs/performance.md,
 //    session 17);
-//  - bn(x): cuDNN's plain NHWC backward (OPS_BN, with the reserve space it asks for, zeroed),
-//    faster than nabla's kernels there; nabla's kernels where cuDNN does not take x.
+//  - bn(x): nabla's kernels; with set_cudnn_batch_norm_training on, cuDNN's plain NHWC
+//    backward (OPS_BN, with the reserve space it asks for, zeroed) where cuDNN takes x.
 BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu);
 // Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "nabla/ops/cuda/norm_kernels.h"
 #include "test_util.h"
 
 namespace nabla::testing {
@@ -28,12 +29,14 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
   return diff / std::max(std::sqrt((b * b).sum().item<double>()), 1e-30);
 }
 
-// Restores the fusion switch, cuDNN's benchmark mode and TF32 after a test.
+// Restores the fusion switch, the batch norms' cuDNN switch, cuDNN's benchmark mode and TF32
+// after a test.
 struct FusionGuard {
-  bool fusion = conv_batch_norm_fusion(), benchmark = cudnn_benchmark(), tf32 = cudnn_allow_tf32(),
-       matmul_tf32 = allow_tf32();
+  bool fusion = conv_batch_norm_fusion(), bn_cudnn = batch_norm_cudnn(), benchmark = cudnn_benchmark(),
+       tf32 = cudnn_allow_tf32(), matmul_tf32 = allow_tf32();
   ~FusionGuard() {
     set_conv_batch_norm_fusion(fusion);
+    set_batch_norm_cudnn(bn_cudnn);
     set_cudnn_benchmark(benchmark);
     set_cudnn_allow_tf32(tf32);
     set_allow_tf32(matmul_tf32);
@@ -148,7 +151,8 @@ TEST(CudaConvBatchNorm, BlockIsAsCloseToFloat32AsTheComposedOps) {
 
 // z = act(bn(conv(x, w)) [+ r]) through conv2d_sums and batch_norm_from_sums, for the three
 // variants (plain, ReLU, residual + ReLU), at the shapes of ResNet-50's block ends: the forward
-// runs from the convolution's sums and the backward on cuDNN's NHWC kernels with a zeroed reserve
+// runs from the convolution's sums and the backward on nabla's kernels, or, for the plain
+// variant with set_batch_norm_cudnn on, on cuDNN's NHWC kernels with a zeroed reserve
 // (batch_norm_backward_route), so this is where a reserve that mattered would show.
 struct EndCase {
   int64_t n, in, out, side;
@@ -200,6 +204,21 @@ TEST(CudaConvBatchNorm, BatchNormFromSumsIsAsCloseToFloat32AsComposed) {
     ASSERT_TRUE(sums) << what << ": no fused engine for conv + sums";
     for (size_t i = 0; i < ref.size(); ++i)
       expect_as_close(got[i], plain[i], ref[i], what + " " + names[i], 2e-3);
+    if (c.relu || c.residual) continue;
+    // The plain backward again on cuDNN's route, which runs from a zeroed reserve space
+    // (batch_norm_backward_route in ops/cuda/norm_kernels.h), and which route each setting takes.
+    const Tensor y16 = empty({c.n, c.out, c.side, c.side}, {.dtype = kFloat16, .device = Device::cuda()})
+                           .contiguous(MemoryFormat::ChannelsLast);
+    EXPECT_EQ(ops::cuda::batch_norm_backward_route(y16, false).impl, ops::cuda::BatchNormImpl::Kernel)
+        << what;
+    set_batch_norm_cudnn(true);  // FusionGuard restores it
+    EXPECT_EQ(ops::cuda::batch_norm_backward_route(y16, false).impl, ops::cuda::BatchNormImpl::CudnnEx)
+        << what;
+    const std::vector<Tensor> on_cudnn = run_block_end(c, case_seed, Path::Fused, &sums);
+    set_batch_norm_cudnn(false);
+    EXPECT_TRUE(sums) << what << ": no fused engine for conv + sums on the cuDNN route";
+    for (size_t i = 0; i < ref.size(); ++i)
+      expect_as_close(on_cudnn[i], plain[i], ref[i], what + " cudnn-bn " + names[i], 2e-3);
   }
 }
 

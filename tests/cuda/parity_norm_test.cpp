@@ -1,13 +1,15 @@
 // CUDA batch norm and layer norm against the CPU backend: forward, backward and running-stat
-// updates for every floating dtype, contiguous and channels_last inputs, train and eval, the
-// cuDNN paths (channels_last) and nabla's kernels (contiguous input, bfloat16 eval, batches past
-// cuDNN's limits, and called directly at shapes that split a channel over blocks), the fused
-// cuDNN BN + add + ReLU kernel against the composed ops, and layer norm on short, warp-sized
-// and block-sized rows (the vector kernels for D a multiple of 16 bytes, the generic ones else).
+// updates for every floating dtype, contiguous and channels_last inputs, train and eval, nabla's
+// kernels (the default in training, bfloat16 eval, batches past cuDNN's limits, and called
+// directly at shapes that split a channel over blocks) and the cuDNN paths (channels_last eval,
+// float64 training, and 16-bit training with its switch on), the fused cuDNN BN + add + ReLU
+// kernel against the composed ops, and layer norm on short, warp-sized and block-sized rows (the
+// vector kernels for D a multiple of 16 bytes, the generic ones else).
 #include <cmath>
 #include <iostream>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "batch_norm_util.h"
@@ -36,34 +38,46 @@ const std::vector<BnCase>& bn_cases() {
   return cases;
 }
 
+// The settings of CudnnBatchNorm's switch a case runs under: off (the default), and on too for
+// channels_last 16-bit, the only calls the switch moves.
+std::vector<bool> cudnn_routes(bool channels_last, DType dtype) {
+  if (channels_last && (dtype == kFloat16 || dtype == kBFloat16)) return {false, true};
+  return {false};
+}
+
 TEST(CudaParityBatchNorm, TrainAndEvalForwardBackwardAndRunningStatsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
+  const PersistentBatchNorm not_persistent(false);
   for (const BnCase& c : bn_cases()) {
     for (DType dtype : kFloatDTypes) {
-      const DType pd = param_dtype(dtype);
-      const int64_t ch = c.shape[1];
-      Tensor x = random_values(c.shape, ++seed, dtype) * 2.0 + 0.5;
-      if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
-      const Tensor g = random_values(c.shape, ++seed, dtype);
-      const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
-      const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
-      for (bool training : {true, false}) {
-        const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-4};
-        const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
-        const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
-        expect_runs_match(gpu, cpu, dtype, context(training ? "train" : "eval", dtype, c.name));
-        if (c.channels_last) {
-          EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << c.name;
-          EXPECT_TRUE(gpu.dx.is_contiguous(MemoryFormat::ChannelsLast)) << c.name;
+      for (bool cudnn : cudnn_routes(c.channels_last, dtype)) {
+        const CudnnBatchNorm route(cudnn);
+        const std::string name = std::string(c.name) + (cudnn ? " cudnn" : "");
+        const DType pd = param_dtype(dtype);
+        const int64_t ch = c.shape[1];
+        Tensor x = random_values(c.shape, ++seed, dtype) * 2.0 + 0.5;
+        if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+        const Tensor g = random_values(c.shape, ++seed, dtype);
+        const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
+        const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
+        for (bool training : {true, false}) {
+          const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-4};
+          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
+          const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
+          expect_runs_match(gpu, cpu, dtype, context(training ? "train" : "eval", dtype, name.c_str()));
+          if (c.channels_last) {
+            EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << name;
+            EXPECT_TRUE(gpu.dx.is_contiguous(MemoryFormat::ChannelsLast)) << name;
+          }
+          // Affine off and, in training, no running stats.
+          const BnRun gpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                            Device::cuda(), o);
+          const BnRun cpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                            Device::cpu(), o);
+          expect_runs_match(gpu2, cpu2, dtype,
+                            context(training ? "train, no affine" : "eval, no affine", dtype, name.c_str()));
         }
-        // Affine off and, in training, no running stats.
-        const BnRun gpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
-                                          Device::cuda(), o);
-        const BnRun cpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
-                                          Device::cpu(), o);
-        expect_runs_match(gpu2, cpu2, dtype,
-                          context(training ? "train, no affine" : "eval, no affine", dtype, c.name));
       }
     }
   }
@@ -248,9 +262,8 @@ std::vector<RouteCase> route_cases(std::span<const std::pair<MemoryFormat, Shape
   std::vector<RouteCase> out;
   for (const auto& [format, shape] : cases)
     for (DType dtype : kFloatDTypes)
-      for (bool cudnn : {false, true})
-        if (!cudnn || (format == MemoryFormat::ChannelsLast && (dtype == kFloat16 || dtype == kBFloat16)))
-          out.push_back({format, shape, dtype, cudnn});
+      for (bool cudnn : cudnn_routes(format == MemoryFormat::ChannelsLast, dtype))
+        out.push_back({format, shape, dtype, cudnn});
   return out;
 }
 
@@ -269,6 +282,7 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
                                                   {MemoryFormat::Contiguous, {16, 24, 16, 16}},
                                                   {MemoryFormat::ChannelsLast, {4, 6, 3, 5}},
                                                   {MemoryFormat::ChannelsLast, {8, 64, 14, 14}}};
+  const PersistentBatchNorm not_persistent(false);  // or the cuDNN cases would not reach cuDNN
   for (const auto& [format, shape, dtype, cudnn] : route_cases(cases)) {
     const CudnnBatchNorm route(cudnn);
     {
