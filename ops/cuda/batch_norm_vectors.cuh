@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "nabla/ops/cuda/common.cuh"
+#include "nabla/ops/cuda/reduce_layout.h"
 #include "nabla/ops/detail/channel_blocks.h"
 
 namespace nabla::ops::cuda::batch_norm_detail {
@@ -145,16 +146,21 @@ struct ChannelCoefs {
   }
 };
 
-// Threads for an elementwise pass: enough for 16 vectors each, and at least one per vector of a
-// channels_last row (for_each_vector). Each thread loads its channels' coefficients once (up to
-// 7 vectors of them), so a thread with 4 vectors spent more loads on coefficients than on data:
-// 16 took 0.2-0.5 ms off the 16-bit passes of a ResNet-50 step (docs/performance.md, session 23).
+// Threads for an elementwise pass: enough for 16 vectors each, but at least two blocks per SM
+// where there are that many vectors (a small activation would leave SMs idle otherwise), and at
+// least one thread per vector of a channels_last row (for_each_vector). Each thread loads its
+// channels' coefficients once (up to 7 vectors of them), so a thread with 4 vectors spent more
+// loads on coefficients than on data: 16 took 0.2-0.5 ms off the 16-bit passes of a ResNet-50
+// step (docs/performance.md, session 23).
 inline constexpr int kVectorsPerThread = 16;
 
 inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inner, int vec) {
-  const int64_t row_vectors = inner == 1 ? channels / vec : 1;
-  return std::max(blocks_for(numel / vec, kVectorsPerThread),
-                  static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize));
+  int device = 0;
+  NABLA_CUDA_CHECK(cudaGetDevice(&device));
+  const int64_t vectors = numel / vec, row_vectors = inner == 1 ? channels / vec : 1;
+  const unsigned fill = std::min(blocks_for(vectors), static_cast<unsigned>(2 * sm_count(device)));
+  return std::max({blocks_for(vectors, kVectorsPerThread), fill,
+                   static_cast<unsigned>((row_vectors + kBlockSize - 1) / kBlockSize)});
 }
 
 // Rows of a channels_last activation whose loads a thread issues together before it uses any of
