@@ -166,8 +166,9 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
     NABLA_CUDA_CHECK_LAUNCH();
     const int64_t numel = in.x.numel();
     with_width<T>(vec, [&]<int V>() {
-      normalize_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
-          x, yp, numel, b.channels, b.inner, ptr<A>(coef), zp, relu);
+      normalize_kernel<T, V>
+          <<<elementwise_blocks(in.x.device().index, numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+              x, yp, numel, b.channels, b.inner, ptr<A>(coef), zp, relu);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
@@ -188,8 +189,9 @@ void batch_norm_inference_kernel(const BatchNormInputs& in, const Tensor& y, dou
         ptr<A>(coef));
     NABLA_CUDA_CHECK_LAUNCH();
     with_width<T>(vector_width<T>(b, {x, yp}), [&]<int V>() {
-      normalize_kernel<T, V><<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
-          x, yp, numel, b.channels, b.inner, ptr<A>(coef), nullptr, false);
+      normalize_kernel<T, V>
+          <<<elementwise_blocks(in.x.device().index, numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+              x, yp, numel, b.channels, b.inner, ptr<A>(coef), nullptr, false);
     });
     NABLA_CUDA_CHECK_LAUNCH();
   });
@@ -239,7 +241,7 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
     with_width<T>(vec, [&]<int V>() {
       const auto launch = [&]<bool MaskFromX>() {
         grad_input_kernel<T, V, MaskFromX>
-            <<<elementwise_blocks(numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
+            <<<elementwise_blocks(x.device().index, numel, b.channels, b.inner, V), kBlockSize, 0, stream>>>(
                 mask_in_sums ? dzp : dyp, xp, dxp, numel, b.channels, b.inner, ptr<A>(coef),
                 mask_in_sums ? nullptr : yp, mask_in_sums ? nullptr : dzp);
       };

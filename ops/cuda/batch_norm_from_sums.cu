@@ -165,7 +165,7 @@ void batch_norm_grad_from_coefficients(const Tensor& grad_pre, const Tensor& x, 
       const ChannelBlocks b{.outer = numel / channels, .channels = channels, .inner = 1};
       with_width<T>(vector_width<T>(b, {gp, xp, dxp}), [&]<int V>() {
         grad_from_coefficients_kernel<T, V>
-            <<<elementwise_blocks(numel, channels, 1, V), kBlockSize, 0, stream>>>(
+            <<<elementwise_blocks(x.device().index, numel, channels, 1, V), kBlockSize, 0, stream>>>(
                 gp, xp, dxp, numel, channels, ptr<const float>(coefficients));
       });
       NABLA_CUDA_CHECK_LAUNCH();
@@ -195,7 +195,7 @@ void batch_norm_apply(const Tensor& x, const Tensor& coefficients, const Tensor&
       auto* yp = static_cast<T*>(y.data_ptr());
       const ChannelBlocks b{.outer = numel / channels, .channels = channels, .inner = 1};
       with_width<T>(vector_width<T>(b, {xp, rp, yp}), [&]<int V>() {
-        const unsigned grid = elementwise_blocks(numel, channels, 1, V);
+        const unsigned grid = elementwise_blocks(x.device().index, numel, channels, 1, V);
         const float* cp = ptr<const float>(coefficients);
         if (rp && relu) {
           apply_kernel<T, V, true, true><<<grid, kBlockSize, 0, stream>>>(xp, rp, yp, numel, channels, cp);

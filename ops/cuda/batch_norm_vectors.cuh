@@ -154,9 +154,7 @@ struct ChannelCoefs {
 // step (docs/performance.md, session 23).
 inline constexpr int kVectorsPerThread = 16;
 
-inline unsigned elementwise_blocks(int64_t numel, int64_t channels, int64_t inner, int vec) {
-  int device = 0;
-  NABLA_CUDA_CHECK(cudaGetDevice(&device));
+inline unsigned elementwise_blocks(int device, int64_t numel, int64_t channels, int64_t inner, int vec) {
   const int64_t vectors = numel / vec, row_vectors = inner == 1 ? channels / vec : 1;
   const unsigned fill = std::min(blocks_for(vectors), static_cast<unsigned>(2 * sm_count(device)));
   return std::max({blocks_for(vectors, kVectorsPerThread), fill,

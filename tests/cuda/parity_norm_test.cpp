@@ -8,7 +8,6 @@
 #include <cmath>
 #include <iostream>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -249,24 +248,6 @@ TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResu
   }
 }
 
-struct RouteCase {
-  MemoryFormat format;
-  Shape shape;
-  DType dtype;
-  bool cudnn;  // CudnnBatchNorm's switch
-};
-
-// Every case in every float dtype on the default route, and channels_last 16-bit again with
-// cuDNN's switch on.
-std::vector<RouteCase> route_cases(std::span<const std::pair<MemoryFormat, Shape>> cases) {
-  std::vector<RouteCase> out;
-  for (const auto& [format, shape] : cases)
-    for (DType dtype : kFloatDTypes)
-      for (bool cudnn : cudnn_routes(format == MemoryFormat::ChannelsLast, dtype))
-        out.push_back({format, shape, dtype, cudnn});
-  return out;
-}
-
 // In training the fused variants run on nabla's kernels (the add and the ReLU in the normalizing
 // pass, the ReLU's mask in the backward, recomputed from x without the add) for contiguous input
 // and channels_last float32/float16/bfloat16, and on cuDNN's Ex kernels for channels_last
@@ -283,35 +264,38 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
                                                   {MemoryFormat::ChannelsLast, {4, 6, 3, 5}},
                                                   {MemoryFormat::ChannelsLast, {8, 64, 14, 14}}};
   const PersistentBatchNorm not_persistent(false);  // or the cuDNN cases would not reach cuDNN
-  for (const auto& [format, shape, dtype, cudnn] : route_cases(cases)) {
-    const CudnnBatchNorm route(cudnn);
-    {
-      const int64_t ch = shape[1];
-      const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
-      const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
-      const Tensor g = random_values(shape, ++seed, dtype);
-      const DType pd = param_dtype(dtype);
-      const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
-      const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
-      for (bool training : {true, false}) {
-        for (const auto& [fused, owned] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
-          const BatchNormOptions o{.training = training};
-          const Tensor zi = fused == 2 ? z : Tensor();
-          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
-          const std::string what =
-              context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
-              shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
-              (owned ? " owned grad" : "") + (cudnn ? " cudnn" : "");
-          EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
-          // A fused 16-bit forward rounds once, where the composed ops round before the add.
-          if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
-            expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, fused == 2), dtype,
-                                      what);
-            continue;
+  for (const auto& [format, shape] : cases) {
+    for (DType dtype : kFloatDTypes) {
+      for (bool cudnn : cudnn_routes(format == MemoryFormat::ChannelsLast, dtype)) {
+        const CudnnBatchNorm route(cudnn);
+        const int64_t ch = shape[1];
+        const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
+        const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
+        const Tensor g = random_values(shape, ++seed, dtype);
+        const DType pd = param_dtype(dtype);
+        const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
+        const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
+        for (bool training : {true, false}) {
+          for (const auto& [fused, owned] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
+            const BatchNormOptions o{.training = training};
+            const Tensor zi = fused == 2 ? z : Tensor();
+            const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
+            const std::string what =
+                context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
+                shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
+                (owned ? " owned grad" : "") + (cudnn ? " cudnn" : "");
+            EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
+            // A fused 16-bit forward rounds once, where the composed ops round before the add.
+            if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
+              expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, fused == 2), dtype,
+                                        what);
+              continue;
+            }
+            const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, zi, fused);
+            expect_runs_match(gpu, cpu, dtype, what);
+            if (fused == 2)
+              EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dz";
           }
-          const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, zi, fused);
-          expect_runs_match(gpu, cpu, dtype, what);
-          if (fused == 2) EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dz";
         }
       }
     }
