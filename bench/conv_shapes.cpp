@@ -10,9 +10,9 @@
 // through autograd (allocations included), as the PyTorch script measures; TFLOP/s counts 3
 // convolutions of 2 N O C kH kW Ho Wo flops each. The fwd / data / filter columns time the CUDA
 // entry points alone on preallocated outputs, to show where the time goes (not in the sums), on
-// the default route; the legacy columns time them with set_cudnn_graph_api(false) (Note
-// [Convolutions on the graph API] in ops/cuda/conv.cpp). The last row weights each shape by how
-// often ResNet-50 uses it (53 convolutions).
+// the default routes with benchmark mode (Note [Convolutions on the graph API] in
+// ops/cuda/conv.cpp). The last row weights each shape by how often ResNet-50 uses it (53
+// convolutions).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   const int warmup = 3;
   const bool bf16 = argc > 3 && std::string(argv[3]) == "bf16";
   const nabla::DType dtype = bf16 ? nabla::kBFloat16 : nabla::kFloat16;
-  nabla::set_cudnn_benchmark(true);
+  const nabla::Routes routes{.cudnn_benchmark = true};
+  const nabla::RoutesGuard routes_guard(routes);
   const nabla::TensorOptions half{.dtype = dtype, .device = nabla::Device::cuda()};
   constexpr auto kCl = nabla::MemoryFormat::ChannelsLast;
 
@@ -84,9 +85,9 @@ int main(int argc, char** argv) {
       "nabla conv2d, ResNet-50 shapes, batch %lld, %s channels_last, cudnn benchmark, fwd+bwd, "
       "median of %d runs\n",
       static_cast<long long>(batch), bf16 ? "bfloat16" : "float16", runs);
-  std::printf("%-24s %-26s %5s %10s %9s %8s %8s %8s %8s %8s %8s\n", "conv", "input -> output", "uses", "ms",
-              "TFLOP/s", "fwd", "data", "filter", "lgc fwd", "lgc data", "lgc filt");
-  double total = 0, network = 0, columns[6] = {};
+  std::printf("%-24s %-26s %5s %10s %9s %8s %8s %8s\n", "conv", "input -> output", "uses", "ms", "TFLOP/s",
+              "fwd", "data", "filter");
+  double total = 0, network = 0, columns[3] = {};
   for (const ConvShape& s : kShapes) {
     const int64_t out = (s.h + 2 * s.padding - s.k) / s.stride + 1;
     Tensor x = nabla::randn({batch, s.c, s.h, s.h}, half).contiguous(kCl).requires_grad_(true);
@@ -109,16 +110,10 @@ int main(int argc, char** argv) {
     Tensor y = nabla::empty(gy.sizes(), {.dtype = dtype, .device = gy.device(), .memory_format = kCl});
     Tensor gx = nabla::empty(x.sizes(), {.dtype = dtype, .device = x.device(), .memory_format = kCl});
     Tensor gw = nabla::empty(w.sizes(), {.dtype = dtype, .device = w.device(), .memory_format = kCl});
-    double t[6];
-    for (size_t route = 0; route < 2; ++route) {
-      const kernels::CudnnSettings settings{.benchmark = true, .allow_tf32 = true, .graph_api = route == 0};
-      double* times = t + 3 * route;  // fwd, data, filter of this route
-      times[0] = median_ms([&] { kernels::conv2d_forward(x, w, {}, y, params, settings); }, runs, warmup);
-      times[1] =
-          median_ms([&] { kernels::conv2d_backward_input(gy, w, gx, params, settings); }, runs, warmup);
-      times[2] =
-          median_ms([&] { kernels::conv2d_backward_weight(gy, x, gw, params, settings); }, runs, warmup);
-    }
+    const double t[3] = {
+        median_ms([&] { kernels::conv2d_forward(x, w, {}, y, params, routes); }, runs, warmup),
+        median_ms([&] { kernels::conv2d_backward_input(gy, w, gx, params, routes); }, runs, warmup),
+        median_ms([&] { kernels::conv2d_backward_weight(gy, x, gw, params, routes); }, runs, warmup)};
     const double flops = 3.0 * 2.0 * double(batch * s.o * s.c * s.k * s.k * out * out);
     char shape[64];
     std::snprintf(shape, sizeof(shape), "%lldx%lld %lld -> %lld k%lld/%lld", static_cast<long long>(s.h),
@@ -126,7 +121,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(s.k), static_cast<long long>(s.stride));
     std::printf("%-24s %-26s %5lld %10.3f %9.1f", s.name, shape, static_cast<long long>(s.count), ms,
                 flops / (ms * 1e9));
-    for (int c = 0; c < 6; ++c) {
+    for (int c = 0; c < 3; ++c) {
       std::printf(" %8.3f", t[c]);
       columns[c] += t[c] * double(s.count);
     }
@@ -137,7 +132,6 @@ int main(int argc, char** argv) {
   }
   std::printf("sum over the %zu shapes: %.3f ms; ResNet-50 convolutions (weighted by use): %.3f ms\n",
               kShapes.size(), total, network);
-  std::printf("weighted by use, ms: fwd %.3f data %.3f filter %.3f; legacy fwd %.3f data %.3f filter %.3f\n",
-              columns[0], columns[1], columns[2], columns[3], columns[4], columns[5]);
+  std::printf("weighted by use, ms: fwd %.3f data %.3f filter %.3f\n", columns[0], columns[1], columns[2]);
   return 0;
 }

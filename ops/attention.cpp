@@ -25,6 +25,7 @@
 #include "nabla/ops/indexing.h"
 #include "nabla/ops/linalg.h"
 #include "nabla/ops/masking.h"
+#include "nabla/ops/routes.h"
 #include "nabla/ops/softmax.h"
 #include "nabla/ops/view.h"
 
@@ -199,14 +200,15 @@ void forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Te
 }
 
 void backward_kernels(const Tensor& dout, const TensorList& s, bool causal, double scale,
-                      AttentionBackend backend, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                      AttentionBackend backend, bool deterministic, const Tensor& dq, const Tensor& dk,
+                      const Tensor& dv) {
   ops::dispatch(
       kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
       [&] {
         std::string why = "cuDNN's fused attention here takes no mask";
         if (backend != AttentionBackend::flash && !s[5].defined() &&
-            ops::cuda::cudnn_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], causal, scale, dq, dk, dv,
-                                                &why)) {
+            ops::cuda::cudnn_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], causal, scale,
+                                                deterministic, dq, dk, dv, &why)) {
           return;
         }
         NABLA_CHECK(backend != AttentionBackend::cudnn, "{}: backend cudnn cannot take these inputs: {}", kOp,
@@ -227,8 +229,10 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
   Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = q.device()});
   forward_kernels(q, k, v, mask, causal, scale, backend, out, lse);
   if (autograd::needs_grad({q_in, k_in, v_in})) {
+    const bool deterministic = routes().cudnn_deterministic;
     autograd::record("ScaledDotProductAttentionBackward", {q_in, k_in, v_in}, {out},
-                     {q, k, v, out, lse, mask}, [causal, scale, backend](BackwardContext& ctx) -> TensorList {
+                     {q, k, v, out, lse, mask},
+                     [causal, scale, backend, deterministic](BackwardContext& ctx) -> TensorList {
                        const auto& s = ctx.saved;
                        NABLA_CHECK(!GradMode::is_enabled(),
                                    "{}: double backward through the fused kernels is not "
@@ -237,7 +241,7 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
                        const std::array<Tensor, 3> d = gradient_buffers(s[0], s[1], s[2]);
                        const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
                        const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
-                       backward_kernels(dout, s, causal, scale, backend, dq, dk, dv);
+                       backward_kernels(dout, s, causal, scale, backend, deterministic, dq, dk, dv);
                        return {dq, dk, dv};
                      });
   }

@@ -1,4 +1,4 @@
-// conv2d front end and the owner of the process-wide cuDNN switches.
+// conv2d front end.
 //
 // Layouts. The activations' memory format (x.suggest_memory_format()) decides everything: the
 // output, grad_input and, on CUDA, the format cuDNN runs in. On CUDA a channels_last x runs as
@@ -20,8 +20,6 @@
 // through conv2d fails with a clear error.
 #include "nabla/ops/conv.h"
 
-#include <atomic>
-
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/engine.h"
@@ -35,33 +33,17 @@
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"
+#include "nabla/ops/routes.h"
 
 namespace nabla {
 
 namespace {
-
-// The cuDNN switches (process-wide; this file is their one owner).
-std::atomic<bool> benchmark_on{false};
-std::atomic<bool> tf32_on{true};
-std::atomic<bool> deterministic_on{false};
-std::atomic<bool> depthwise_on{true};
-std::atomic<bool> graph_api_on{true};
-std::atomic<bool> space_to_depth_on{true};
 
 std::string pair_str(Pair2 p) {
   return fmt::format("({}, {})", p[0], p[1]);
 }
 
 }  // namespace
-
-ops::cuda::CudnnSettings ops::cudnn_settings() {
-  return {.benchmark = cudnn_benchmark(),
-          .allow_tf32 = cudnn_allow_tf32(),
-          .deterministic = cudnn_deterministic(),
-          .depthwise_kernels = depthwise_kernels(),
-          .graph_api = cudnn_graph_api(),
-          .space_to_depth = conv_space_to_depth()};
-}
 
 Shape ops::check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o) {
   const char* op = "conv2d";
@@ -125,7 +107,6 @@ ops::ConvParams ops::conv_params(const Conv2dOptions& o) {
 namespace {
 
 using ops::check_conv2d;
-using ops::cudnn_settings;
 
 Tensor empty_in(const Shape& sizes, const Tensor& like, MemoryFormat format) {
   return Tensor::empty(sizes, {.dtype = like.dtype(), .device = like.device(), .memory_format = format});
@@ -158,11 +139,11 @@ Tensor to_float32(const Tensor& t) {
 
 // y = conv(x, w) + bias in x's memory format. Records no history.
 Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::ConvParams& p,
-               const Shape& out) {
+               const Shape& out, const Routes& routes) {
   NoGradGuard no_grad;
   const MemoryFormat format = conv_format(x, w);
   if (x.is_cpu() && is_reduced_float(x.dtype())) {
-    return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out).to(x.dtype());
+    return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out, routes).to(x.dtype());
   }
   const Tensor b = bias.defined() ? bias.contiguous() : bias;
   return ops::dispatch(
@@ -176,18 +157,17 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::
       [&] {
         const MemoryFormat run = cudnn_format(format, x.dtype());
         Tensor y = empty_in(out, x, run);
-        if (y.numel() > 0)
-          ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, cudnn_settings());
+        if (y.numel() > 0) ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, routes);
         return y.contiguous(format);
       });
 }
 
 // The gradient with respect to the input (shape `x_sizes`, layout `format`). Records no history.
 Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
-                      const ops::ConvParams& p) {
+                      const ops::ConvParams& p, const Routes& routes) {
   NoGradGuard no_grad;
   if (w.is_cpu() && is_reduced_float(w.dtype())) {
-    return input_gradient(grad_y.to(kFloat32), w.to(kFloat32), x_sizes, format, p).to(w.dtype());
+    return input_gradient(grad_y.to(kFloat32), w.to(kFloat32), x_sizes, format, p, routes).to(w.dtype());
   }
   return ops::dispatch(
       "conv2d_backward_input", w,
@@ -201,8 +181,7 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
         const MemoryFormat run = cudnn_format(format, w.dtype());
         Tensor gx = empty_in(x_sizes, w, run);
         if (gx.numel() > 0) {
-          ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p,
-                                           cudnn_settings());
+          ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p, routes);
         }
         return gx.contiguous(format);
       });
@@ -214,8 +193,8 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
 // (Note [Pointwise convolutions as GEMMs]): the residual block's two gradients of its input, summed
 // without a pass of their own. Otherwise the two are added.
 Tensor input_gradient_plus(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
-                           const ops::ConvParams& p, const Tensor& pending) {
-  if (!pending.defined()) return input_gradient(grad_y, w, x_sizes, format, p);
+                           const ops::ConvParams& p, const Tensor& pending, const Routes& routes) {
+  if (!pending.defined()) return input_gradient(grad_y, w, x_sizes, format, p, routes);
   if (w.is_cuda() && pending.is_cuda() && pending.device() == w.device() && pending.sizes() == x_sizes &&
       pending.dtype() == w.dtype() && pending.is_contiguous(cudnn_format(format, w.dtype())) &&
       pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1) {
@@ -225,18 +204,19 @@ Tensor input_gradient_plus(const Tensor& grad_y, const Tensor& w, const Shape& x
         "conv2d_backward_input", w, [] { return false; },
         [&] {
           return ops::cuda::conv2d_backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run),
-                                                             pending, p, cudnn_settings());
+                                                             pending, p, routes);
         });
     if (accumulated) return pending.contiguous(format);
   }
-  return input_gradient(grad_y, w, x_sizes, format, p) + pending;
+  return input_gradient(grad_y, w, x_sizes, format, p, routes) + pending;
 }
 
 // The gradient with respect to the weight, in the weight's layout. Records no history.
-Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, const ops::ConvParams& p) {
+Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, const ops::ConvParams& p,
+                       const Routes& routes) {
   NoGradGuard no_grad;
   if (x.is_cpu() && is_reduced_float(x.dtype())) {
-    return weight_gradient(grad_y.to(kFloat32), x.to(kFloat32), w, p).to(w.dtype());
+    return weight_gradient(grad_y.to(kFloat32), x.to(kFloat32), w, p, routes).to(w.dtype());
   }
   const MemoryFormat w_format = w.suggest_memory_format();
   return ops::dispatch(
@@ -252,8 +232,7 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
         if (x.size(0) == 0)
           return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
         Tensor gw = empty_in(w.sizes(), x, format);
-        ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p,
-                                          cudnn_settings());
+        ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p, routes);
         return gw.contiguous(w_format);
       });
 }
@@ -261,26 +240,26 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
 }  // namespace
 
 void ops::record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                        const ConvParams& p) {
+                        const ConvParams& p, const Routes& routes) {
   if (!autograd::needs_grad({x, weight, bias})) return;
-  autograd::record(
-      "conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight}, [p](autograd::BackwardContext& ctx) {
-        const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
-        const Tensor& x = ctx.saved[0];
-        const Tensor& w = ctx.saved[1];
-        Tensor grad_x, grad_w, grad_b;
-        if (ctx.needs(0)) {
-          grad_x =
-              input_gradient_plus(g, w, x.sizes(), conv_format(x, w), p, autograd::take_pending_gradient(0));
-          autograd::refuse_double_backward("conv2d_backward_input", {g, w}, {grad_x}, "conv2d");
-        }
-        if (ctx.needs(1)) {
-          grad_w = weight_gradient(g, x, w, p);
-          autograd::refuse_double_backward("conv2d_backward_weight", {g, x}, {grad_w}, "conv2d");
-        }
-        if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
-        return TensorList{grad_x, grad_w, grad_b};
-      });
+  autograd::record("conv2d", {x, weight, bias}, {y}, /*save=*/{x, weight},
+                   [p, routes](autograd::BackwardContext& ctx) {
+                     const Tensor& g = ctx.grad();  // (N, O, Ho, Wo)
+                     const Tensor& x = ctx.saved[0];
+                     const Tensor& w = ctx.saved[1];
+                     Tensor grad_x, grad_w, grad_b;
+                     if (ctx.needs(0)) {
+                       grad_x = input_gradient_plus(g, w, x.sizes(), conv_format(x, w), p,
+                                                    autograd::take_pending_gradient(0), routes);
+                       autograd::refuse_double_backward("conv2d_backward_input", {g, w}, {grad_x}, "conv2d");
+                     }
+                     if (ctx.needs(1)) {
+                       grad_w = weight_gradient(g, x, w, p, routes);
+                       autograd::refuse_double_backward("conv2d_backward_weight", {g, x}, {grad_w}, "conv2d");
+                     }
+                     if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
+                     return TensorList{grad_x, grad_w, grad_b};
+                   });
 }
 
 Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in, Conv2dOptions options) {
@@ -289,8 +268,9 @@ Tensor conv2d(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
       ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
   const Shape out = check_conv2d(x, weight, bias, options);
   const ops::ConvParams p = ops::conv_params(options);
-  Tensor y = forward(x, weight, bias, p, out);
-  ops::record_conv2d(x, weight, bias, y, p);
+  const Routes r = routes();
+  Tensor y = forward(x, weight, bias, p, out, r);
+  ops::record_conv2d(x, weight, bias, y, p, r);
   return y;
 }
 
@@ -342,23 +322,24 @@ Tensor conv_transpose2d(const Tensor& x_in, const Tensor& weight_in, const Tenso
   const ops::ConvParams p = ops::conv_params(
       {.stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups});
   const MemoryFormat format = conv_format(x, w);
-  Tensor y = input_gradient(x, w, out, format, p);
+  const Routes r = routes();
+  Tensor y = input_gradient(x, w, out, format, p, r);
   if (bias.defined()) {
     NoGradGuard no_grad;
     y = add(y, bias.reshape({1, out_channels, 1, 1}));
   }
   if (autograd::needs_grad({x, w, bias})) {
-    autograd::record(op, {x, w, bias}, {y}, /*save=*/{x, w}, [p, format](autograd::BackwardContext& ctx) {
+    autograd::record(op, {x, w, bias}, {y}, /*save=*/{x, w}, [p, format, r](autograd::BackwardContext& ctx) {
       const Tensor& g = ctx.grad();  // (N, out, Ho, Wo): the transposed convolution's input
       const Tensor& x = ctx.saved[0];
       const Tensor& w = ctx.saved[1];
       Tensor grad_x, grad_w, grad_b;
       if (ctx.needs(0)) {
-        grad_x = forward(g.contiguous(format), w, {}, p, x.sizes());
+        grad_x = forward(g.contiguous(format), w, {}, p, x.sizes(), r);
         autograd::refuse_double_backward("conv_transpose2d_backward_input", {g, w}, {grad_x}, "conv2d");
       }
       if (ctx.needs(1)) {
-        grad_w = weight_gradient(x, g.contiguous(format), w, p);
+        grad_w = weight_gradient(x, g.contiguous(format), w, p, r);
         autograd::refuse_double_backward("conv_transpose2d_backward_weight", {g, x}, {grad_w}, "conv2d");
       }
       if (ctx.needs(2)) grad_b = sum(g, {0, 2, 3});
@@ -416,48 +397,9 @@ Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
       "conv2d_relu", x, [] { return false; },
       [&] {
         return ops::cuda::conv2d_forward_relu(x.contiguous(format), weight.contiguous(format),
-                                              bias.contiguous(), r, y, ops::conv_params(options),
-                                              cudnn_settings());
+                                              bias.contiguous(), r, y, ops::conv_params(options), routes());
       });
   return fused ? y : composed();
-}
-
-void set_cudnn_benchmark(bool benchmark) {
-  benchmark_on.store(benchmark, std::memory_order_relaxed);
-}
-bool cudnn_benchmark() {
-  return benchmark_on.load(std::memory_order_relaxed);
-}
-void set_cudnn_allow_tf32(bool allow) {
-  tf32_on.store(allow, std::memory_order_relaxed);
-}
-bool cudnn_allow_tf32() {
-  return tf32_on.load(std::memory_order_relaxed);
-}
-void set_cudnn_deterministic(bool deterministic) {
-  deterministic_on.store(deterministic, std::memory_order_relaxed);
-}
-bool cudnn_deterministic() {
-  return deterministic_on.load(std::memory_order_relaxed);
-}
-void set_depthwise_kernels(bool on) {
-  depthwise_on.store(on, std::memory_order_relaxed);
-}
-bool depthwise_kernels() {
-  return depthwise_on.load(std::memory_order_relaxed);
-}
-void set_cudnn_graph_api(bool on) {
-  graph_api_on.store(on, std::memory_order_relaxed);
-}
-bool cudnn_graph_api() {
-  return graph_api_on.load(std::memory_order_relaxed);
-}
-
-void set_conv_space_to_depth(bool on) {
-  space_to_depth_on.store(on, std::memory_order_relaxed);
-}
-bool conv_space_to_depth() {
-  return space_to_depth_on.load(std::memory_order_relaxed);
 }
 
 }  // namespace nabla

@@ -10,29 +10,8 @@
 // input gives a channels_last output. Float16/bfloat16 accumulate in float32 (on the CPU they
 // compute in float32 and round once).
 //
-// cuDNN settings (process-wide, as PyTorch's torch.backends.cudnn.*):
-//   set_cudnn_benchmark(true)      time every algorithm once per convolution shape and keep the
-//                                  fastest (the first call of each shape is slow); off by
-//                                  default: cuDNN's heuristics pick without running anything.
-//   set_cudnn_allow_tf32(false)    float32 convolutions without TensorFloat-32 (on by default
-//                                  for convolutions, as in PyTorch; matmul has its own switch).
-//   set_cudnn_deterministic(true)  only algorithms that give bit-identical results run to run.
-//   set_depthwise_kernels(false)   the data gradient of channels_last stride-2 depthwise
-//                                  convolutions (3x3, 5x5) on cuDNN instead of nabla's kernel
-//                                  (on by default: cuDNN's took 4x its forward's time there).
-//                                  nabla's is deterministic.
-//   set_cudnn_graph_api(false)     ungrouped channels_last float16/bfloat16 convolutions on
-//                                  cuDNN's legacy cudnnConvolution* calls instead of its
-//                                  backend graph API (on by default, as PyTorch's cuDNN path:
-//                                  its engines took 13-15% less time over ResNet-50's
-//                                  convolutions). Grouped ones always take the graph API;
-//                                  deterministic mode, the legacy calls.
-//   set_conv_space_to_depth(false) stride-2 bfloat16 channels_last convolutions of at most 4
-//                                  input channels (an image's stem) as they are, instead of
-//                                  as stride-1 convolutions of the 2x2-folded input (on by
-//                                  default: cuDNN has no fast bfloat16 kernel for the former;
-//                                  Note [Strided convolutions of few channels as
-//                                  space-to-depth] in ops/cuda/space_to_depth.cu).
+// Which cuDNN algorithms run (benchmark search, determinism, TF32) is set with a RoutesGuard
+// (ops/routes.h), as PyTorch's torch.backends.cudnn flags.
 #pragma once
 
 #include <array>
@@ -98,18 +77,5 @@ struct ConvReluOptions {
 };
 Tensor conv2d_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
                    const ConvReluOptions& epilogue = {}, Conv2dOptions options = {});
-
-void set_cudnn_benchmark(bool benchmark);
-bool cudnn_benchmark();
-void set_cudnn_allow_tf32(bool allow);
-bool cudnn_allow_tf32();
-void set_cudnn_deterministic(bool deterministic);
-bool cudnn_deterministic();
-void set_depthwise_kernels(bool on);
-bool depthwise_kernels();
-void set_cudnn_graph_api(bool on);
-bool cudnn_graph_api();
-void set_conv_space_to_depth(bool on);
-bool conv_space_to_depth();
 
 }  // namespace nabla

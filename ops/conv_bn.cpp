@@ -13,8 +13,6 @@
 // batch-norm backward), with the same values up to rounding.
 #include "nabla/ops/conv_bn.h"
 
-#include <atomic>
-
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
@@ -24,6 +22,7 @@
 #include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/routes.h"
 
 namespace nabla {
 
@@ -33,8 +32,6 @@ bool ChannelSums::describes(const Tensor& y) const {
 }
 
 namespace {
-
-std::atomic<bool> fusion_on{true};
 
 constexpr MemoryFormat kChannelsLast = MemoryFormat::ChannelsLast;
 
@@ -54,12 +51,13 @@ Tensor per_channel(int64_t channels, const Tensor& like, DType dtype = kFloat32)
 // The activations the fused convolutions take: CUDA, channels_last float16, one group.
 // bfloat16 stays out: cuDNN's statistics (GEN_STATS) are documented for float16 and float32 only,
 // and a bfloat16 scale and shift would be too coarse for the prologue. So does deterministic mode
-// (set_cudnn_deterministic): the fused engines' per-channel reductions differ in their last bits
-// from run to run on an H200 (a graphed and an eager ResNet step stopped agreeing bit for bit),
-// although cuDNN does not note those engines as nondeterministic.
-bool fusable(const Tensor& x, const Tensor& w, const Conv2dOptions& conv) {
-  return conv_batch_norm_fusion() && !cudnn_deterministic() && x.is_cuda() && x.dtype() == kFloat16 &&
-         w.dtype() == x.dtype() && is_channels_last(x) && conv.groups == 1 && x.numel() > 0;
+// (Routes::cudnn_deterministic): the fused engines' per-channel reductions differ in their last
+// bits from run to run on an H200 (a graphed and an eager ResNet step stopped agreeing bit for
+// bit), although cuDNN does not note those engines as nondeterministic.
+bool fusable(const Tensor& x, const Tensor& w, const Conv2dOptions& conv, const Routes& routes) {
+  return routes.conv_batch_norm_fusion && !routes.cudnn_deterministic && x.is_cuda() &&
+         x.dtype() == kFloat16 && w.dtype() == x.dtype() && is_channels_last(x) && conv.groups == 1 &&
+         x.numel() > 0;
 }
 
 // The fused path exists on CUDA only (fusable() and the sums see to it); its kernels are called
@@ -81,19 +79,18 @@ struct Saved {
 };
 
 // dy, dgamma, dbeta, dw for z = conv(relu(bn(y)), w).
-TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvParams& p,
+TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvParams& p, const Routes& routes,
                           const std::vector<bool>& needs) {
   TensorList grads(4);
   {
     NoGradGuard no_grad;
-    const ops::cuda::CudnnSettings settings = ops::cudnn_settings();
     const Tensor dz = grad.contiguous(kChannelsLast);
     on_cuda("batch_norm_relu_conv2d_backward", dz, [&] {
       const ops::cuda::AffineRelu prologue{.scale = s.scale, .bias = s.shift};
       if (needs[3]) {
         Tensor dw = empty_channels_last(s.w.sizes(), s.w);
-        if (!ops::cuda::conv2d_backward_weight_affine_relu(dz, s.y, prologue, dw, p, settings))
-          ops::cuda::conv2d_backward_weight(dz, affine_relu(s.y, s.scale, s.shift), dw, p, settings);
+        if (!ops::cuda::conv2d_backward_weight_affine_relu(dz, s.y, prologue, dw, p, routes))
+          ops::cuda::conv2d_backward_weight(dz, affine_relu(s.y, s.scale, s.shift), dw, p, routes);
         grads[3] = dw;
       }
       if (needs[0] || needs[1] || needs[2]) {
@@ -108,10 +105,10 @@ TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvPar
                                                            .eq_x = coefficients.narrow(0, c, c),
                                                            .eq_bias = coefficients.narrow(0, 2 * c, c)};
         if (ops::cuda::conv2d_backward_input_batch_norm_relu(
-                dz, s.w, s.y, {s.mean, s.invstd, s.gamma, s.beta}, grad_pre, out, p, settings)) {
+                dz, s.w, s.y, {s.mean, s.invstd, s.gamma, s.beta}, grad_pre, out, p, routes)) {
           ops::cuda::batch_norm_grad_from_coefficients(grad_pre, s.y, coefficients, dy);
         } else {
-          ops::cuda::conv2d_backward_input(dz, s.w, grad_pre, p, settings);
+          ops::cuda::conv2d_backward_input(dz, s.w, grad_pre, p, routes);
           ops::cuda::batch_norm_backward_kernel(
               grad_pre, s.y, s.gamma, {s.mean, s.invstd},
               {.dx = dy, .dresidual = Tensor(), .dweight = dgamma, .dbias = dbeta},
@@ -128,13 +125,6 @@ TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvPar
 
 }  // namespace
 
-void set_conv_batch_norm_fusion(bool enabled) {
-  fusion_on.store(enabled, std::memory_order_relaxed);
-}
-bool conv_batch_norm_fusion() {
-  return fusion_on.load(std::memory_order_relaxed);
-}
-
 Tensor conv2d_sums(const Tensor& x_in, const Tensor& weight_in, Conv2dOptions options, ChannelSums* sums) {
   NABLA_CHECK(sums != nullptr, "conv2d_sums: sums must not be null");
   *sums = {};
@@ -144,18 +134,18 @@ Tensor conv2d_sums(const Tensor& x_in, const Tensor& weight_in, Conv2dOptions op
   const Tensor& x = cast[0];
   const Tensor& weight = cast[1];
   const Shape out = ops::check_conv2d(x, weight, {}, options);
-  if (!fusable(x, weight, options)) return conv2d(x, weight, {}, options);
+  const Routes r = routes();
+  if (!fusable(x, weight, options, r)) return conv2d(x, weight, {}, options);
   Tensor y = empty_channels_last(out, x);
   const Tensor sum = per_channel(out[1], x), sqsum = per_channel(out[1], x);
   const ops::ConvParams p = ops::conv_params(options);
   bool fused = false;
   on_cuda("conv2d_sums", x, [&] {
     NoGradGuard no_grad;
-    fused = ops::cuda::conv2d_forward_stats(x, {}, weight.contiguous(kChannelsLast), y, sum, sqsum, p,
-                                            ops::cudnn_settings());
+    fused = ops::cuda::conv2d_forward_stats(x, {}, weight.contiguous(kChannelsLast), y, sum, sqsum, p, r);
   });
   if (!fused) return conv2d(x, weight, {}, options);
-  ops::record_conv2d(x, weight, Tensor(), y, p);
+  ops::record_conv2d(x, weight, Tensor(), y, p, r);
   *sums = {.sum = sum, .sqsum = sqsum, .tensor = y.impl_ptr(), .version = y.version()};
   return y;
 }
@@ -177,11 +167,11 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
   const Tensor weight = ops::autocast_one(ops::AutocastCategory::LowerPrecision, weight_in);
   ops::validate_batch_norm("batch_norm_relu_conv2d", y, bn_weight, bn_bias, running_mean, running_var, bn);
   const Shape out = ops::check_conv2d(y, weight, {}, conv);
-  if (!fusable(y, weight, conv)) return composed();
+  const Routes r = routes();
+  if (!fusable(y, weight, conv, r)) return composed();
 
   const int64_t c = y.size(1);
   const ops::ConvParams p = ops::conv_params(conv);
-  const ops::cuda::CudnnSettings settings = ops::cudnn_settings();
   Saved s{.y = y,
           .gamma = bn_weight.contiguous(),
           .beta = bn_bias.contiguous(),
@@ -204,8 +194,8 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
     // stays fused everywhere: the same choice there is measured per shape but not yet taken.
     const bool gemm = out_sums == nullptr && ops::cuda::conv2d_is_pointwise_gemm(y, s.w, p);
     fused = !gemm && ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum,
-                                                     z_sqsum, p, settings);
-    if (!fused) ops::cuda::conv2d_forward(affine_relu(y, s.scale, s.shift), s.w, Tensor(), z, p, settings);
+                                                     z_sqsum, p, r);
+    if (!fused) ops::cuda::conv2d_forward(affine_relu(y, s.scale, s.shift), s.w, Tensor(), z, p, r);
   });
   if (fused && out_sums)
     *out_sums = {.sum = z_sum, .sqsum = z_sqsum, .tensor = z.impl_ptr(), .version = z.version()};
@@ -213,10 +203,10 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
     const MemoryFormat w_format = weight.suggest_memory_format();
     autograd::record("BatchNormReluConv2dBackward", {y, bn_weight, bn_bias, weight}, {z},
                      {s.y, s.gamma, s.beta, s.w, s.mean, s.invstd, s.scale, s.shift},
-                     [p, w_format](autograd::BackwardContext& ctx) {
+                     [p, w_format, r](autograd::BackwardContext& ctx) {
                        const TensorList& v = ctx.saved;
                        const Saved saved{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
-                       TensorList grads = fused_backward(ctx.grad(), saved, p, ctx.needs_input_grad);
+                       TensorList grads = fused_backward(ctx.grad(), saved, p, r, ctx.needs_input_grad);
                        if (grads[3].defined()) grads[3] = grads[3].contiguous(w_format);
                        return grads;
                      });
@@ -253,17 +243,17 @@ Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tens
   const ops::cpu::BatchNormStats stats{per_channel(c, y), per_channel(c, y)};
   const Tensor coefficients = per_channel(2 * c, y);  // scale, then shift
   Tensor out = empty_channels_last(y.sizes(), y);
-  ops::cuda::BatchNormForward route;
   on_cuda("batch_norm_from_sums", y, [&] {
     NoGradGuard no_grad;
     ops::cuda::batch_norm_stats_from_sums(sums.sum, sums.sqsum, y.numel() / c,
                                           {y, w, b, running_mean, running_var}, stats, bn.momentum, bn.eps,
                                           coefficients.narrow(0, 0, c), coefficients.narrow(0, c, c));
     ops::cuda::batch_norm_apply(y, coefficients, z, relu, out);
-    route = ops::cuda::batch_norm_backward_route(y, relu);
   });
   if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
-  ops::record_batch_norm(y, z, relu, w, b, out, stats, route, bn.eps);
+  // The backward runs on nabla's kernels; with a ReLU, its mask reads out (not recomputed from y,
+  // whose statistics did not come from the kernels' forward).
+  ops::record_batch_norm(y, z, relu, w, b, out, stats, {.impl = ops::cuda::BatchNormImpl::Kernel}, bn.eps);
   return out;
 }
 

@@ -9,7 +9,8 @@
 // gives the values, gradients and running-stat updates of
 //   y1 = conv2d(x, w1);
 //   y2 = conv2d(batch_norm_relu(y1, gamma1, beta1, running_mean1, running_var1), w2, {}, {.padding = 1});
-// On CUDA, for channels_last float16 training (bfloat16 and set_cudnn_deterministic(true) compose), the work
+// On CUDA, for channels_last float16 training (bfloat16, and Routes::cudnn_deterministic or
+// !Routes::conv_batch_norm_fusion in ops/routes.h, compose), the work
 // moves into the convolutions (Note [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp): the
 // convolution that writes y1 also sums it per channel, so the batch norm never reads y1 for its statistics;
 // the batch norm and ReLU are applied while the next convolution loads y1, so relu(bn(y1)) is never written
@@ -61,10 +62,5 @@ Tensor batch_norm_relu_conv2d(const Tensor& y, const ChannelSums& sums, const Te
 Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tensor& residual, bool relu,
                             const Tensor& weight, const Tensor& bias, Tensor& running_mean,
                             Tensor& running_var, BatchNormOptions options = {});
-
-// The process-wide switch for the fused path (on by default): off, conv2d_sums leaves no sums
-// and batch_norm_relu_conv2d composes, for comparisons.
-void set_conv_batch_norm_fusion(bool enabled);
-bool conv_batch_norm_fusion();
 
 }  // namespace nabla

@@ -12,8 +12,6 @@
 #include <tuple>
 #include <utility>
 
-#include <atomic>
-
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
@@ -24,14 +22,12 @@
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/reduce.h"
+#include "nabla/ops/routes.h"
 #include "nabla/ops/view.h"
 
 namespace nabla {
 
 namespace {
-
-// The TF32 switch (process-wide; this is its one owner).
-std::atomic<bool> tf32_allowed{false};
 
 Shape batch_dims(const Tensor& t) {
   return Shape(t.sizes().begin(), t.sizes().end() - 2);
@@ -94,7 +90,7 @@ Tensor product(const Tensor& a, const Tensor& b) {
         Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
         Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
         ops::cuda::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
-                        {.bias = Tensor(), .allow_tf32 = allow_tf32()});
+                        {.bias = Tensor(), .allow_tf32 = routes().matmul_tf32});
       });
   return out;
 }
@@ -188,7 +184,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
         Tensor wt = weight.t();  // (in, out), a column-major view: no copy
         if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
         if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
-        ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = allow_tf32()});
+        ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = routes().matmul_tf32});
       });
   return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
@@ -214,7 +210,7 @@ std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, cons
       [&] {
         const Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
         const Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
-        ops::cuda::GemmOptions o{.allow_tf32 = allow_tf32()};
+        ops::cuda::GemmOptions o{.allow_tf32 = routes().matmul_tf32};
         (column_major ? o.b_column_sums : o.a_row_sums) = grad_b;
         summed = ops::cuda::gemm(ae, be, out, o);
       });
@@ -222,14 +218,6 @@ std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, cons
 }
 
 }  // namespace
-
-void set_allow_tf32(bool allow) {
-  tf32_allowed.store(allow, std::memory_order_relaxed);
-}
-
-bool allow_tf32() {
-  return tf32_allowed.load(std::memory_order_relaxed);
-}
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   return matmul_op("matmul", a, b);

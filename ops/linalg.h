@@ -8,8 +8,8 @@
 // accumulate in float32 (cuBLASLt).
 //
 // TF32: on CUDA, float32 products may use TensorFloat-32 tensor cores (10-bit mantissa inputs,
-// float32 accumulation), much faster and less precise. Off by default, as in PyTorch:
-//   nabla::set_allow_tf32(true);   // process-wide; affects matmul, mm, bmm and linear
+// float32 accumulation), much faster and less precise. Off by default, as in PyTorch; on with
+//   nabla::RoutesGuard g({.matmul_tf32 = true});   // ops/routes.h; matmul, mm, bmm and linear
 #pragma once
 
 #include "nabla/core/tensor.h"
@@ -28,8 +28,5 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // may differ in the last bit of the 16-bit output.
 enum class Activation { none, gelu_tanh };
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
-
-void set_allow_tf32(bool allow);
-bool allow_tf32();
 
 }  // namespace nabla

@@ -3,13 +3,13 @@
 // x is handed to the kernels dense, in contiguous or channels_last order (a channels_last x is
 // read in place and gives a channels_last y); anything else is copied first. The running stats
 // are updated by the kernels in place, outside autograd, and their version is bumped so that a
-// node that saved them notices. The training backward is one fused call (nabla's kernels or
-// cuDNN's on CUDA); the eval backward is written with ops (it is a per-channel scale).
+// node that saved them notices. The training backward is one fused call (nabla's kernels, or
+// cuDNN's for channels_last float64, on CUDA); the eval backward is written with ops (it is a
+// per-channel scale).
 //
-// The fused variants take nabla's fused BN + ReLU (+ add) kernels (or cuDNN's, where the routing
-// in ops/cuda/batch_norm_cudnn.cpp sends the call there) for contiguous and channels_last
-// float32/float16/bfloat16 input in training on CUDA; everywhere else they compose batch_norm,
-// add and relu, so every path gives the same values.
+// The fused variants take nabla's fused BN + ReLU (+ add) kernels for contiguous and
+// channels_last float32/float16/bfloat16 input in training on CUDA; everywhere else they compose
+// batch_norm, add and relu, so every path gives the same values.
 #include "nabla/ops/norm.h"
 
 #include <cmath>
@@ -195,23 +195,21 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   return y;
 }
 
-// ---- fused path: nabla's kernels, or cuDNN Ex (channels_last 16-bit with its switch on) ------
+// ---- fused path: nabla's kernels --------------------------------------------------------------
 
 bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
   if (!options.training || !x.is_cuda()) return false;
   if (x.is_contiguous()) return true;
-  // channels_last: nabla's kernels (16-bit on cuDNN's Ex kernels with set_batch_norm_cudnn);
-  // float64 composes.
+  // channels_last float64 composes (its batch norm runs on cuDNN).
   return is_channels_last(x) && x.dtype() != kFloat64;
 }
 
 // `grad` is taken by value (the engine hands its buffer over): when nothing else holds it, one
 // of the results is written over it. The residual's gradient is the incoming one masked by the
-// ReLU, and every element only goes from dy to mask * dy, a value any reader of dy (cuDNN's
-// kernel included) masks to the same thing, so dz may alias dy whatever the kernel's order. For
-// relu(bn(x)) on nabla's kernels, dx goes over dy (each thread reads its elements before it
-// writes them). Either way backward holds one activation-sized buffer less at this node, where
-// the composed ops hold dy and the ReLU's gradient at once.
+// ReLU, and every element only goes from dy to mask * dy, a value any reader of dy masks to the
+// same thing, so dz may alias dy whatever the kernel's order. For relu(bn(x)), dx goes over dy
+// (each thread reads its elements before it writes them). Either way backward holds one activation-sized
+// buffer less at this node, where the composed ops hold dy and the ReLU's gradient at once.
 TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
   ops::cuda::BatchNormGrads g;
   {
@@ -225,7 +223,7 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
       writable = dy.impl_ptr().use_count() == 1 && dy.storage().use_count() == 1;
     }
     g.dresidual = saved.add ? (writable ? dy : empty_like_layout(x)) : Tensor();
-    const bool dx_over_dy = !saved.add && writable && ops::cuda::on_kernels(saved.impl);
+    const bool dx_over_dy = !saved.add && writable;
     g.dx = dx_over_dy ? dy : empty_like_layout(x);
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);
@@ -240,25 +238,25 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
   return {g.dx, g.dresidual, g.dweight, g.dbias};
 }
 
-// The fused forward, or an undefined tensor when it cannot run (cuDNN refused the call).
-Tensor try_fused(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                 const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
+// The fused forward (takes_fused_kernel(x) holds).
+Tensor fused_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                     const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
   const TensorOptions params{.dtype = param_dtype(x.dtype()), .device = x.device()};
   const Tensor w = weight.defined() ? weight.contiguous() : ones({x.size(1)}, params);
   const Tensor b = bias.defined() ? bias.contiguous() : zeros({x.size(1)}, params);
   const Tensor z = residual.defined() ? residual.contiguous(format_of(x)) : Tensor();
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
-  // The fused kernels exist on CUDA only (takes_fused_kernel): a CPU tensor gets nullopt.
-  const std::optional<ops::cuda::BatchNormForward> forward = ops::dispatch(
-      "batch_norm_fused_forward", x, [] { return std::optional<ops::cuda::BatchNormForward>(); },
+  ops::cuda::BatchNormForward forward;
+  ops::dispatch(
+      "batch_norm_fused_forward", x,
+      [] { NABLA_ASSERT(false, "the fused batch-norm kernels are CUDA only (takes_fused_kernel)"); },
       [&] {
-        return ops::cuda::batch_norm_fused_forward({x, w, b, running_mean, running_var}, z, y, stats,
-                                                   options.momentum, options.eps);
+        forward = ops::cuda::batch_norm_fused_forward({x, w, b, running_mean, running_var}, z, y, stats,
+                                                      options.momentum, options.eps);
       });
-  if (!forward) return {};
   bump_running_stats(running_mean, running_var);
-  ops::record_batch_norm(x, z, true, w, b, y, stats, *forward, options.eps);
+  ops::record_batch_norm(x, z, true, w, b, y, stats, forward, options.eps);
   return y;
 }
 
@@ -274,10 +272,8 @@ Tensor fused_batch_norm(const char* op, const Tensor& x_arg, const Tensor& resid
                 "{}: expected a residual of the input's shape, dtype and device ({}), got {}", op,
                 describe(x_in), describe(residual));
   }
-  if (takes_fused_kernel(x_in, options)) {
-    Tensor y = try_fused(x_in, residual, weight, bias, running_mean, running_var, options);
-    if (y.defined()) return y;
-  }
+  if (takes_fused_kernel(x_in, options))
+    return fused_forward(x_in, residual, weight, bias, running_mean, running_var, options);
   // The composed path: batch_norm's output (or the sum) is a fresh tensor that batch_norm's
   // backward does not save, so the ReLU overwrites it instead of allocating a third activation.
   Tensor y = batch_norm(x_in, weight, bias, running_mean, running_var, options);
@@ -316,12 +312,11 @@ void ops::record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, 
   const cuda::BatchNormImpl impl = forward.impl;
   if (!relu) {
     if (!autograd::needs_grad({x, weight, bias})) return;
-    const bool persistent = forward.persistent;
     autograd::record(
         "BatchNormBackward", {x, weight, bias}, {y}, {x, weight, stats.mean, stats.invstd, forward.reserve},
-        [eps, impl, persistent](BackwardContext& ctx) {
+        [eps, impl](BackwardContext& ctx) {
           const auto& s = ctx.saved;
-          const cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4], .persistent = persistent};
+          const cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4]};
           return batch_norm_backward(ctx.grad(), s[0], s[1], {s[2], s[3]}, fwd, eps, ctx.needs_input_grad);
         });
     return;
@@ -329,37 +324,18 @@ void ops::record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, 
   if (!autograd::needs_grad({x, residual, weight, bias})) return;
   const bool add = residual.defined();
   autograd::record(add ? "BatchNormAddReluBackward" : "BatchNormReluBackward", {x, residual, weight, bias},
-                   {y}, {x, y, weight, bias, forward.reserve, stats.mean, stats.invstd},
+                   {y}, {x, y, weight, bias, stats.mean, stats.invstd},
                    [eps, add, impl](BackwardContext& ctx) {
                      const auto& s = ctx.saved;
                      const cuda::FusedBatchNormSaved saved{.x = s[0],
                                                            .y = s[1],
                                                            .weight = s[2],
                                                            .bias = s[3],
-                                                           .reserve = s[4],
-                                                           .stats = {s[5], s[6]},
+                                                           .stats = {s[4], s[5]},
                                                            .add = add,
                                                            .impl = impl};
                      return fused_backward(std::move(ctx.grads[0]), saved, eps);
                    });
-}
-
-void set_batch_norm_persistent(bool on) {
-  if constexpr (kHasCuda) ops::cuda::set_persistent_batch_norm(on);
-}
-
-bool batch_norm_persistent() {
-  if constexpr (kHasCuda) return ops::cuda::persistent_batch_norm();
-  return false;
-}
-
-void set_batch_norm_cudnn(bool on) {
-  if constexpr (kHasCuda) ops::cuda::set_cudnn_batch_norm_training(on);
-}
-
-bool batch_norm_cudnn() {
-  if constexpr (kHasCuda) return ops::cuda::cudnn_batch_norm_training();
-  return false;
 }
 
 }  // namespace nabla

@@ -16,12 +16,11 @@
 // channels_last result.
 //
 // On CUDA, training batch norm runs on nabla's own kernels for contiguous input and for
-// channels_last float32/float16/bfloat16, and on cuDNN for channels_last float64 (and 16-bit
-// with set_batch_norm_cudnn); eval runs on cuDNN for channels_last float16/float32/float64 (Note
-// [cuDNN batch norm] in ops/cuda/batch_norm_cudnn.cpp). In training the fused variants run as
-// one pass too: nabla's kernels (ReLU and add in the normalizing pass, the mask in the backward),
-// or cuDNN's fused kernels where cuDNN takes the call. Elsewhere (eval, the CPU, float64) they
-// compose batch_norm, add and relu, with the same results.
+// channels_last float32/float16/bfloat16, and on cuDNN for channels_last float64; eval runs on
+// cuDNN for channels_last float16/float32/float64 (Note [cuDNN batch norm] in
+// ops/cuda/batch_norm_cudnn.cpp). In training the fused variants run as one pass on nabla's
+// kernels (ReLU and add in the normalizing pass, the mask in the backward). Elsewhere (eval, the
+// CPU, float64) they compose batch_norm, add and relu, with the same results.
 #pragma once
 
 #include <optional>
@@ -46,21 +45,6 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias
 // relu(batch_norm(x, ...) + residual); residual has x's shape and dtype.
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            Tensor& running_mean, Tensor& running_var, BatchNormOptions options = {});
-
-// Whether CUDA training batch norms over channels_last rows (float32/float16/bfloat16, channels
-// a multiple of 4 up to 2048, at most 65536 rows) run as one persistent kernel per direction,
-// which keeps part of each activation on chip between its two passes (Note [Persistent batch
-// norm] in ops/cuda/batch_norm_persistent.cu). Off by default: on an H200 they are not yet
-// faster than the two-pass kernels they replace. For experiments and comparisons. Without CUDA,
-// a no-op.
-void set_batch_norm_persistent(bool on);
-bool batch_norm_persistent();
-
-// Whether CUDA training batch norms over channels_last float16/bfloat16 run on cuDNN's NHWC
-// kernels instead of nabla's own. Off by default: on an H200 nabla's are faster over ResNet-50's
-// batch norms (docs/performance.md, session 23). For comparisons. Without CUDA, a no-op.
-void set_batch_norm_cudnn(bool on);
-bool batch_norm_cudnn();
 
 // Normalizes over the trailing dims given by normalized_shape (which must match x's last dims):
 // y = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias

@@ -23,6 +23,7 @@
 #include "nabla/ops/pixel_shuffle.h"
 #include "nabla/ops/pool.h"
 #include "nabla/ops/reduce.h"
+#include "nabla/ops/routes.h"
 #include "nabla/ops/sampling.h"
 #include "nabla/ops/softmax.h"
 #include "nabla/ops/sort.h"

@@ -200,7 +200,7 @@ void run_infer(const InferBenchOptions& o) {
   const auto layouts = resolve_layouts(o.layout, o.channels_last);
   NABLA_CHECK(cuda::is_available(), "nabla-bench infer needs a CUDA device, and none was found");
   apply_memory_fraction(o.memory_fraction);
-  set_cudnn_benchmark(true);
+  const RoutesGuard routes({.cudnn_benchmark = true});
 
   std::vector<nlohmann::json> rows;
   for (const auto& amp : amps) {

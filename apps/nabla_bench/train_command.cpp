@@ -62,13 +62,8 @@ struct TrainBenchOptions {
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
   double memory_fraction = 0;
-  bool cuda_graph = false;        // capture the step once and replay it (nn::make_graphed_step)
-  bool conv_bn_fusion = true;     // batch norms inside the convolutions (set_conv_batch_norm_fusion)
-  bool depthwise_kernels = true;  // depthwise convolutions on nabla's kernels (set_depthwise_kernels)
-  bool graph_api = true;          // 16-bit channels_last convolutions on the graph API (set_cudnn_graph_api)
-  bool space_to_depth = true;     // strided few-channel convolutions folded (set_conv_space_to_depth)
-  bool persistent_bn = false;     // batch norms as persistent kernels (set_batch_norm_persistent)
-  bool cudnn_bn = false;          // 16-bit channels_last batch norms on cuDNN (set_batch_norm_cudnn)
+  bool cuda_graph = false;     // capture the step once and replay it (nn::make_graphed_step)
+  bool conv_bn_fusion = true;  // batch norms inside the convolutions (Routes::conv_batch_norm_fusion)
   TorchOptions torch;
   bool torch_compile = true;  // with --compare-pytorch, also torch.compile's rows
   std::string json_path;
@@ -360,11 +355,6 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"memory_fraction", o.memory_fraction},
           {"cuda_graph", o.cuda_graph && graphed.graphed()},
           {"conv_bn_fusion", o.conv_bn_fusion},
-          {"depthwise_kernels", o.depthwise_kernels},
-          {"cudnn_graph_api", o.graph_api},
-          {"space_to_depth", o.space_to_depth},
-          {"persistent_batch_norm", o.persistent_bn},
-          {"cudnn_batch_norm", o.cudnn_bn},
           {"step_mode", graph_note}};
 }
 
@@ -436,12 +426,9 @@ void print_train_table(const TrainBenchOptions& o, const std::vector<nlohmann::j
     table.add_row(std::move(cells));
   }
   const int world = rows.empty() ? 1 : rows[0]["world"].get<int>();
-  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s%s%s%s%s%s\n%s",
+  std::printf("\n%s train, batch %lld per GPU, world %d, %d warm-up + %d timed steps%s%s%s\n%s",
               o.arch.c_str(), static_cast<long long>(o.batch_size), world, o.warmup, o.steps,
               o.cuda_graph ? ", --cuda-graph" : "", o.conv_bn_fusion ? "" : ", --no-conv-bn-fusion",
-              o.depthwise_kernels ? "" : ", --no-depthwise-kernels", o.graph_api ? "" : ", --legacy-convs",
-              o.space_to_depth ? "" : ", --no-space-to-depth", o.persistent_bn ? ", --persistent-bn" : "",
-              o.cudnn_bn ? ", --cudnn-bn" : "",
               with_torch ? "; ratio = nabla / PyTorch (eager, and torch.compile where shown)" : "",
               table.render().c_str());
 }
@@ -475,13 +462,8 @@ void run_train(const TrainBenchOptions& o) {
                                                          distributed::TcpStoreOptions{.is_server = true});
     dist.group = distributed::make_nccl_process_group(*dist.store, 0, 1);
   }
-  set_cudnn_benchmark(true);
-  set_conv_batch_norm_fusion(o.conv_bn_fusion);
-  set_depthwise_kernels(o.depthwise_kernels);
-  set_cudnn_graph_api(o.graph_api);
-  set_conv_space_to_depth(o.space_to_depth);
-  set_batch_norm_persistent(o.persistent_bn);
-  set_batch_norm_cudnn(o.cudnn_bn);
+  // The flags' routes, one value for every run below.
+  const RoutesGuard routes({.cudnn_benchmark = true, .conv_batch_norm_fusion = o.conv_bn_fusion});
 
   std::vector<nlohmann::json> rows;
   for (const auto& amp : amps) {
@@ -591,22 +573,6 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("!--no-conv-bn-fusion", o->conv_bn_fusion,
                 "Run the batch norms between convolutions as separate kernels instead of inside the "
                 "convolutions (cuDNN's fusion engines; float16 channels_last only), for comparison");
-  cmd->add_flag(
-      "!--no-depthwise-kernels", o->depthwise_kernels,
-      "Run channels_last depthwise convolutions on cuDNN instead of nabla's kernels, for comparison");
-  cmd->add_flag(
-      "!--legacy-convs", o->graph_api,
-      "Run ungrouped 16-bit channels_last convolutions on cuDNN's legacy calls instead of its graph "
-      "API, for comparison");
-  cmd->add_flag("!--no-space-to-depth", o->space_to_depth,
-                "Run stride-2 bfloat16 convolutions of up to 4 input channels (the stem) as they are instead "
-                "of as stride-1 convolutions of the 2x2-folded input, for comparison");
-  cmd->add_flag("--persistent-bn", o->persistent_bn,
-                "Run channels_last training batch norms of up to 65536 rows as nabla's persistent kernels "
-                "(off by default: not yet faster), for comparison");
-  cmd->add_flag("--cudnn-bn", o->cudnn_bn,
-                "Run channels_last float16/bfloat16 training batch norms on cuDNN's NHWC kernels instead of "
-                "nabla's, for comparison");
   add_torch_flags(cmd, o->torch);
   cmd->add_flag("!--no-torch-compile", o->torch_compile,
                 "With --compare-pytorch, skip the torch.compile run (it compiles for a minute or more)");

@@ -13,9 +13,7 @@
 #include "nabla/distributed/env.h"
 #include "nabla/distributed/process_group_nccl.h"
 #include "nabla/distributed/tcp_store.h"
-#include "nabla/ops/conv.h"
 #include "nabla/ops/factory.h"
-#include "nabla/ops/linalg.h"
 #include "nabla_train/setup.h"
 #if defined(NABLA_TRAIN_GLOO)
 #include "nabla/distributed/gloo/process_group_gloo.h"
@@ -51,10 +49,10 @@ void Job::setup() {
   // Every rank draws the same initial weights; DDP also broadcasts rank 0's to be sure.
   manual_seed(options.seed);
   const bool tf32 = options.tf32 == "on" && !options.deterministic;
-  set_allow_tf32(tf32);
-  set_cudnn_allow_tf32(tf32);
-  set_cudnn_deterministic(options.deterministic);
-  set_cudnn_benchmark(!options.deterministic);
+  routes_guard = std::make_unique<RoutesGuard>(Routes{.cudnn_benchmark = !options.deterministic,
+                                                      .cudnn_deterministic = options.deterministic,
+                                                      .conv_tf32 = tf32,
+                                                      .matmul_tf32 = tf32});
   amp_dtype = options.amp == "fp16" ? kFloat16 : options.amp == "bf16" ? kBFloat16 : kFloat32;
   memory_format = options.channels_last ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 

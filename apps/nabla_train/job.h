@@ -16,6 +16,7 @@
 #include "nabla/apps/train_support/tensorboard_writer.h"
 #include "nabla/nn/graphed_step.h"
 #include "nabla/nn/module.h"
+#include "nabla/ops/routes.h"
 #include "nabla/optim/ema.h"
 #include "nabla/optim/optimizer.h"
 #include "nabla/optim/scheduler.h"
@@ -83,6 +84,8 @@ struct Job {
   void load_pretrained();
 
   TrainOptions options;
+  // The job's routes (determinism, TF32, cuDNN benchmark), in force while it lives.
+  std::unique_ptr<RoutesGuard> routes_guard;
   Recipe recipe;
   Device device;
   int rank = 0;

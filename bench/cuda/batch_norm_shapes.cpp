@@ -1,27 +1,21 @@
 // Microbenchmark: training batch norm + ReLU at ResNet-50's shapes (batch 256), forward and
-// backward, on nabla's two-pass kernels, on its persistent ones (channels_last; Note [Persistent
-// batch norm]) and, for channels_last 16-bit, on cuDNN's fused NHWC kernels (Note [cuDNN batch
-// norm]). It says how far each route is from the device's bandwidth and where the gap between
-// them lies, shape by shape.
+// backward, on nabla's kernels, the route every float32, float16 and bfloat16 training batch norm
+// takes (Note [cuDNN batch norm]). It says how far they are from the device's bandwidth, shape by
+// shape.
 //
 //   ./build/cuda/bench/nabla_bench_batch_norm [nchw|channels-last, default channels-last] [runs, default 30]
-//                                             [all|two-pass, default all: the routes timed]
 //
 // Each cell is the median of CUDA-event-timed calls after warm-up, on preallocated tensors.
 // GB/s counts the bytes nabla's kernels must move: forward reads x twice (statistics, then the
 // normalizing pass) and writes y; backward reads dy, x and y twice (the sums, then dx) and writes
-// dx. The cuDNN cells use the same byte counts, so their GB/s compare with the kernels' directly.
-// "x-mask" is nabla's backward with the ReLU's mask recomputed from x (Note [The ReLU's mask from
-// x] in batch_norm.cu), which reads two activations where the other reads three; its GB/s counts
-// the seven passes too, so it shows as the gain.
-// The "persistent" cells time the same calls with the persistent kernels on; GB/s there counts
-// the same nominal bytes, so it can pass the bandwidth where data stays on chip.
+// dx. "x-mask" is nabla's backward with the ReLU's mask recomputed from x (Note [The ReLU's mask
+// from x] in batch_norm.cu), which reads two activations where the other reads three; its GB/s
+// counts the seven passes too, so it shows as the gain.
 // The last rows weigh each shape by how many fused BN + ReLU layers ResNet-50 has at it: the
-// batch-norm share of one training step, per dtype and route.
+// batch-norm share of one training step, per dtype.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,52 +71,22 @@ Buffers make_buffers(const LayerShape& s, DType dtype, MemoryFormat format) {
   return b;
 }
 
-// nabla's kernels: the persistent ones (Note [Persistent batch norm]), called directly so that
-// every shape runs them (the routes give them activations of up to 65536 rows), or the two-pass
-// ones.
-Times time_kernels(Buffers& b, int runs, bool persistent) {
-  const bool saved = kernels::persistent_batch_norm();
-  kernels::set_persistent_batch_norm(false);
+// nabla's kernels: the fused BN + ReLU forward, and its backward reading the ReLU's mask from y
+// or recomputing it from x.
+Times time_kernels(Buffers& b, int runs) {
   const kernels::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
   const kernels::BatchNormStats stats{b.mean, b.invstd};
   const kernels::BatchNormGrads grads{.dx = b.dx, .dresidual = Tensor(), .dweight = b.dw, .dbias = b.db};
   const auto forward = [&] {
-    if (!persistent || !kernels::batch_norm_forward_persistent(in, b.y, stats, 0.1, kEps, Tensor(), true))
-      kernels::batch_norm_forward_kernel(in, b.y, stats, 0.1, kEps, Tensor(), /*relu=*/true);
+    kernels::batch_norm_forward_kernel(in, b.y, stats, 0.1, kEps, Tensor(), /*relu=*/true);
   };
   const auto backward = [&](const Tensor& relu_y, const kernels::ReluMaskFromX& mask) {
-    if (!persistent || !kernels::batch_norm_backward_persistent(b.dy, b.x, b.w, stats, grads, relu_y, mask))
-      kernels::batch_norm_backward_kernel(b.dy, b.x, b.w, stats, grads, relu_y, mask);
+    kernels::batch_norm_backward_kernel(b.dy, b.x, b.w, stats, grads, relu_y, mask);
   };
   Times t;
   t.forward = nabla::bench::median_ms(forward, runs, 3);
   t.backward = nabla::bench::median_ms([&] { backward(b.y, {}); }, runs, 3);
   t.backward_from_x = nabla::bench::median_ms([&] { backward({}, {.on = true, .bias = b.b}); }, runs, 3);
-  kernels::set_persistent_batch_norm(saved);
-  return t;
-}
-
-// cuDNN's fused Ex kernels, or nothing when the route does not take this call.
-std::optional<Times> time_cudnn(Buffers& b, int runs) {
-  const kernels::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
-  const kernels::BatchNormStats stats{b.mean, b.invstd};
-  std::optional<kernels::BatchNormForward> fwd =
-      kernels::batch_norm_fused_forward_cudnn(in, Tensor(), b.y, stats, 0.1, kEps);
-  if (!fwd || fwd->impl != kernels::BatchNormImpl::CudnnEx) return std::nullopt;
-  const kernels::FusedBatchNormSaved saved{.x = b.x,
-                                           .y = b.y,
-                                           .weight = b.w,
-                                           .bias = b.b,
-                                           .reserve = fwd->reserve,
-                                           .stats = stats,
-                                           .add = false,
-                                           .impl = fwd->impl};
-  const kernels::BatchNormGrads grads{.dx = b.dx, .dresidual = Tensor(), .dweight = b.dw, .dbias = b.db};
-  Times t;
-  t.forward = nabla::bench::median_ms(
-      [&] { fwd = kernels::batch_norm_fused_forward_cudnn(in, Tensor(), b.y, stats, 0.1, kEps); }, runs, 3);
-  t.backward =
-      nabla::bench::median_ms([&] { kernels::batch_norm_fused_backward(b.dy, saved, kEps, grads); }, runs, 3);
   return t;
 }
 
@@ -145,67 +109,33 @@ int main(int argc, char** argv) {
   }
   const MemoryFormat format = layout == "nchw" ? MemoryFormat::Contiguous : MemoryFormat::ChannelsLast;
   const int runs = argc > 2 ? std::max(5, std::atoi(argv[2])) : 30;
-  const std::string routes = argc > 3 ? argv[3] : "all";
-  if (routes != "all" && routes != "two-pass") {
-    std::fprintf(stderr, "nabla_bench_batch_norm: routes must be all or two-pass, got '%s'\n",
-                 routes.c_str());
-    return 2;
-  }
-  const bool others = routes == "all";
 
   std::printf(
-      "batch norm + ReLU, training, batch %lld, %s, median of %d runs (us; GB/s of the two-pass kernels' "
-      "traffic)\n",
+      "batch norm + ReLU, training, batch %lld, %s, median of %d runs (us; GB/s of the kernels' traffic)\n",
       static_cast<long long>(kBatch), layout.c_str(), runs);
-  std::printf("%-9s %-12s | %7s %7s %7s | %7s %7s %7s %6s %6s | %7s %7s %6s %6s\n", "", "", "2-pass", "", "",
-              "persist", "", "", "", "", "cuDNN", "", "", "");
-  std::printf("%-9s %-12s | %7s %7s %7s | %7s %7s %7s %6s %6s | %7s %7s %6s %6s\n", "dtype", "shape", "fwd",
-              "bwd", "x-mask", "fwd", "bwd", "x-mask", "fGB/s", "xGB/s", "fwd", "bwd", "fGB/s", "bGB/s");
-  const bool nhwc = format == MemoryFormat::ChannelsLast && others;
+  std::printf("%-9s %-12s | %7s %7s %7s | %6s %6s %6s\n", "dtype", "shape", "fwd", "bwd", "x-mask", "fGB/s",
+              "bGB/s", "xGB/s");
   for (DType dtype : {nabla::kFloat32, nabla::kFloat16, nabla::kBFloat16}) {
-    Times total, total_persistent, total_cudnn;
-    bool any_cudnn = false;
+    Times total;
     for (const LayerShape& s : kShapes) {
       Buffers b = make_buffers(s, dtype, format);
       const double elems = static_cast<double>(b.x.numel());
       const double es = static_cast<double>(nabla::itemsize(dtype));
-      const double fwd_bytes = 3 * elems * es, bwd_bytes = 7 * elems * es, xmask_bytes = 5 * elems * es;
-      const Times k = time_kernels(b, runs, /*persistent=*/false);
-      const Times p = nhwc ? time_kernels(b, runs, /*persistent=*/true) : Times{};
-      for (auto [sum, t] : {std::pair{&total, &k}, std::pair{&total_persistent, &p}}) {
-        sum->forward += s.layers * t->forward;
-        sum->backward += s.layers * t->backward;
-        sum->backward_from_x += s.layers * t->backward_from_x;
-      }
+      const double fwd_bytes = 3 * elems * es, bwd_bytes = 7 * elems * es;
+      const Times k = time_kernels(b, runs);
+      total.forward += s.layers * k.forward;
+      total.backward += s.layers * k.backward;
+      total.backward_from_x += s.layers * k.backward_from_x;
       const std::string shape =
           std::to_string(s.channels) + "x" + std::to_string(s.side) + "x" + std::to_string(s.side);
-      std::printf("%-9s %-12s | %7.1f %7.1f %7.1f |", std::string(nabla::dtype_name(dtype)).c_str(),
-                  shape.c_str(), k.forward * 1e3, k.backward * 1e3, k.backward_from_x * 1e3);
-      if (nhwc) {
-        std::printf(" %7.1f %7.1f %7.1f %6.0f %6.0f |", p.forward * 1e3, p.backward * 1e3,
-                    p.backward_from_x * 1e3, gbps(fwd_bytes, p.forward),
-                    gbps(xmask_bytes, p.backward_from_x));
-      } else {  // not timed
-        std::printf(" %7s %7s %7s %6s %6s |", "-", "-", "-", "-", "-");
-      }
-      if (const std::optional<Times> c = others ? time_cudnn(b, runs) : std::nullopt) {
-        any_cudnn = true;
-        total_cudnn.forward += s.layers * c->forward;
-        total_cudnn.backward += s.layers * c->backward;
-        std::printf(" %7.1f %7.1f %6.0f %6.0f\n", c->forward * 1e3, c->backward * 1e3,
-                    gbps(fwd_bytes, c->forward), gbps(bwd_bytes, c->backward));
-      } else {
-        std::printf(" %7s %7s %6s %6s\n", "-", "-", "-", "-");
-      }
+      std::printf("%-9s %-12s | %7.1f %7.1f %7.1f | %6.0f %6.0f %6.0f\n",
+                  std::string(nabla::dtype_name(dtype)).c_str(), shape.c_str(), k.forward * 1e3,
+                  k.backward * 1e3, k.backward_from_x * 1e3, gbps(fwd_bytes, k.forward),
+                  gbps(bwd_bytes, k.backward), gbps(bwd_bytes, k.backward_from_x));
     }
-    std::printf("%-9s weighted total, ms per ResNet-50 step: two-pass %.2f / %.2f / %.2f",
+    std::printf("%-9s weighted total, ms per ResNet-50 step: fwd %.2f, bwd %.2f, x-mask %.2f\n",
                 std::string(nabla::dtype_name(dtype)).c_str(), total.forward, total.backward,
                 total.backward_from_x);
-    if (nhwc)
-      std::printf("; persistent %.2f / %.2f / %.2f", total_persistent.forward, total_persistent.backward,
-                  total_persistent.backward_from_x);
-    if (any_cudnn) std::printf("; cuDNN %.2f / %.2f", total_cudnn.forward, total_cudnn.backward);
-    std::printf("\n");
   }
   return 0;
 }

@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int runs = argc > 1 ? std::max(5, std::atoi(argv[1])) : 20;
-  nabla::set_cudnn_benchmark(true);
-  const k::CudnnSettings settings{.benchmark = true, .allow_tf32 = true, .deterministic = false};
+  const nabla::Routes routes{.cudnn_benchmark = true};
+  const nabla::RoutesGuard routes_guard(routes);
   const nabla::Device gpu = nabla::Device::cuda();
   const nabla::DType dtype = argc > 2 && std::string(argv[2]) == "bf16" ? nabla::kBFloat16 : nabla::kFloat16;
   const nabla::TensorOptions half{.dtype = dtype, .device = gpu};
@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
       t[col] = nabla::bench::median_ms([&] { call(nullptr); }, runs, 2);
     };
     time(0, [&](std::string*) {
-      k::conv2d_forward(x, w, Tensor(), y, p, settings);
+      k::conv2d_forward(x, w, Tensor(), y, p, routes);
       return true;
     });
     const Tensor y_ref = nabla::conv2d(x, w, {}, opts);
@@ -136,13 +136,13 @@ int main(int argc, char** argv) {
       return std::max(e, rel_error(y, ref));
     };
     time(1, [&](std::string* why) {
-      return k::conv2d_forward_stats(x, none, w, y, sum, sqsum, p, settings, why);
+      return k::conv2d_forward_stats(x, none, w, y, sum, sqsum, p, routes, why);
     });
     std::snprintf(buf, sizeof buf, "%.1e", ok[1] ? stats_error(y_ref) : 0.0);
     err += ok[1] ? buf : "-";
     if (s.prologue) {
       time(2, [&](std::string* why) {
-        return k::conv2d_forward_stats(x, pro, w, y, sum, sqsum, p, settings, why);
+        return k::conv2d_forward_stats(x, pro, w, y, sum, sqsum, p, routes, why);
       });
       std::snprintf(buf, sizeof buf, " %.1e", ok[2] ? stats_error(y_act_ref) : 0.0);
       err += ok[2] ? buf : " -";
@@ -151,16 +151,16 @@ int main(int argc, char** argv) {
       err += " .";
     }
     time(3, [&](std::string*) {
-      k::conv2d_backward_input(dy, w, dx, p, settings);
+      k::conv2d_backward_input(dy, w, dx, p, routes);
       return true;
     });
     const Tensor dact_ref = nabla::empty_like(x);
-    k::conv2d_backward_input(dy, w, dact_ref, p, settings);
+    k::conv2d_backward_input(dy, w, dact_ref, p, routes);
     if (s.prologue) {
       const Tensor mask = nabla::gt(nabla::add(nabla::mul(x.to(nabla::kFloat32), scale4), bias4), 0.0);
       const Tensor masked_ref = nabla::mul(dact_ref.to(nabla::kFloat32), mask.to(nabla::kFloat32));
       time(4, [&](std::string* why) {
-        return k::conv2d_backward_input_relu_mask(dy, w, x, pro, dx, p, settings, why);
+        return k::conv2d_backward_input_relu_mask(dy, w, x, pro, dx, p, routes, why);
       });
       std::snprintf(buf, sizeof buf, " %.1e", ok[4] ? rel_error(dx, masked_ref) : 0.0);
       err += ok[4] ? buf : " -";
@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
                                                 .eq_x = nabla::empty({s.in}, f32),
                                                 .eq_bias = nabla::empty({s.in}, f32)};
       time(5, [&](std::string* why) {
-        return k::conv2d_backward_input_batch_norm_relu(dy, w, x, bn, dx, co, p, settings, why);
+        return k::conv2d_backward_input_batch_norm_relu(dy, w, x, bn, dx, co, p, routes, why);
       });
       if (ok[5]) {
         const auto c4 = [&](const Tensor& t) { return t.reshape({1, s.in, 1, 1}); };
@@ -201,14 +201,14 @@ int main(int argc, char** argv) {
       err += " .";
     }
     time(6, [&](std::string*) {
-      k::conv2d_backward_weight(dy, x, dw, p, settings);
+      k::conv2d_backward_weight(dy, x, dw, p, routes);
       return true;
     });
     if (s.prologue) {
       const Tensor dw_ref = nabla::empty_like(w);
-      k::conv2d_backward_weight(dy, act, dw_ref, p, settings);
+      k::conv2d_backward_weight(dy, act, dw_ref, p, routes);
       time(7, [&](std::string* why) {
-        return k::conv2d_backward_weight_affine_relu(dy, x, pro, dw, p, settings, why);
+        return k::conv2d_backward_weight_affine_relu(dy, x, pro, dw, p, routes, why);
       });
       std::snprintf(buf, sizeof buf, " %.1e", ok[7] ? rel_error(dw, dw_ref) : 0.0);
       err += ok[7] ? buf : " -";
@@ -220,12 +220,12 @@ int main(int argc, char** argv) {
       // The prologue's scale and bias in float16 (the dtype cuDNN's ResNet samples use).
       const k::AffineRelu pro16{.scale = pro.scale.to(dtype), .bias = pro.bias.to(dtype)};
       time(8, [&](std::string* why) {
-        return k::conv2d_forward_stats(x, pro16, w, y, sum, sqsum, p, settings, why);
+        return k::conv2d_forward_stats(x, pro16, w, y, sum, sqsum, p, routes, why);
       });
       std::snprintf(buf, sizeof buf, " %.1e", ok[8] ? stats_error(y_act_ref) : 0.0);
       err += ok[8] ? buf : " -";
       time(9, [&](std::string* why) {
-        return k::conv2d_backward_weight_affine_relu(dy, x, pro16, dw, p, settings, why);
+        return k::conv2d_backward_weight_affine_relu(dy, x, pro16, dw, p, routes, why);
       });
     } else {
       ok[8] = ok[9] = false;

@@ -1,16 +1,16 @@
 // Microbenchmark: every depthwise convolution of MobileNetV2 and EfficientNet-B0 (224x224) at
-// float16 channels_last, forward + backward through nabla's public conv2d, with nabla's
-// stride-2 data-gradient kernel (Note [Depthwise convolutions]) and without it
-// (set_depthwise_kernels(false)), cuDNN in benchmark mode for the rest (the graph API's engines,
-// Note [Grouped convolutions on the graph API]). bench/torch_depthwise_shapes.py times the same
-// table in PyTorch.
+// float16 channels_last, forward + backward through nabla's public conv2d: nabla's stride-2
+// data-gradient kernel where it applies (Note [Depthwise convolutions]), cuDNN in benchmark mode
+// for the rest (the graph API's engines, Note [Grouped convolutions on the graph API]).
+// bench/torch_depthwise_shapes.py times the same table in PyTorch.
 //
 //   ./build/cuda/bench/nabla_bench_depthwise [batch, default 256] [runs, default 20]
 //
-// Each row: medians of `runs` CUDA-event-timed iterations after 3 warm-ups. "ms" and "cudnn ms"
-// are the public op, forward + backward through autograd (allocations included), as the PyTorch
-// script measures; then cuDNN's three directions alone on preallocated outputs, and nabla's
-// data-gradient kernel where it applies. "net" weights each shape by how often the network uses it.
+// Each row: medians of `runs` CUDA-event-timed iterations after 3 warm-ups. "ms" is the public
+// op, forward + backward through autograd (allocations included), as the PyTorch script
+// measures; then cuDNN's three directions alone on preallocated outputs, and nabla's
+// data-gradient kernel where it applies (against cuDNN's "cd data"). The totals weight each shape
+// by how often the network uses it.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -58,26 +58,25 @@ int main(int argc, char** argv) {
   const int64_t batch = argc > 1 ? std::atoll(argv[1]) : 256;
   const int runs = argc > 2 ? std::max(10, std::atoi(argv[2])) : 20;
   const int warmup = 3;
-  nabla::set_cudnn_benchmark(true);
+  const nabla::Routes routes{.cudnn_benchmark = true};
+  const nabla::RoutesGuard routes_guard(routes);
   const nabla::TensorOptions half{.dtype = nabla::kFloat16, .device = nabla::Device::cuda()};
   constexpr auto kCl = nabla::MemoryFormat::ChannelsLast;
 
   std::printf("nabla depthwise conv2d, batch %lld, float16 channels_last, fwd+bwd, median of %d runs\n",
               static_cast<long long>(batch), runs);
-  std::printf("%-16s %-18s %4s %9s %9s %7s %8s %8s %8s %8s\n", "net", "shape", "uses", "ms", "cudnn ms",
-              "ratio", "cd fwd", "cd data", "cd filt", "our data");
+  std::printf("%-16s %-18s %4s %9s %8s %8s %8s %8s\n", "net", "shape", "uses", "ms", "cd fwd", "cd data",
+              "cd filt", "our data");
   const char* net = nullptr;
-  double ours_net = 0, cudnn_net = 0;
+  double ours_net = 0;
   const auto total = [&] {
-    if (net != nullptr)
-      std::printf("%-16s weighted by use: %.3f ms, cudnn only %.3f ms (%.2fx)\n", net, ours_net, cudnn_net,
-                  cudnn_net / ours_net);
+    if (net != nullptr) std::printf("%-16s weighted by use: %.3f ms\n", net, ours_net);
   };
   for (const DepthwiseShape& s : kShapes) {
     if (net == nullptr || std::string_view(net) != s.net) {
       total();
       net = s.net;
-      ours_net = cudnn_net = 0;
+      ours_net = 0;
     }
     const int64_t pad = s.k / 2, out = (s.h + 2 * pad - s.k) / s.stride + 1;
     Tensor x = nabla::randn({batch, s.c, s.h, s.h}, half).contiguous(kCl).requires_grad_(true);
@@ -90,11 +89,7 @@ int main(int argc, char** argv) {
       w.set_grad(Tensor());
       nabla::conv2d(x, w, {}, options).backward(gy);
     };
-    nabla::set_depthwise_kernels(true);
     const double ours = median_ms(step, runs, warmup);
-    nabla::set_depthwise_kernels(false);
-    const double cudnn = median_ms(step, runs, warmup);
-    nabla::set_depthwise_kernels(true);
 
     namespace kernels = nabla::ops::cuda;
     const nabla::ops::ConvParams params{.stride = {s.stride, s.stride}, .padding = {pad, pad}, .groups = s.c};
@@ -104,9 +99,8 @@ int main(int argc, char** argv) {
         nabla::empty(x.sizes(), {.dtype = nabla::kFloat16, .device = x.device(), .memory_format = kCl});
     Tensor gw =
         nabla::empty(w.sizes(), {.dtype = nabla::kFloat16, .device = w.device(), .memory_format = kCl});
-    const kernels::CudnnSettings settings{.benchmark = true};
     const auto graph = [&](kernels::ConvDirection d, const Tensor& a, const Tensor& b, const Tensor& c) {
-      return median_ms([&] { kernels::conv2d_graph(d, a, b, c, params, settings); }, runs, warmup);
+      return median_ms([&] { kernels::conv2d_graph(d, a, b, c, params, routes); }, runs, warmup);
     };
     const double cd_fwd = graph(kernels::ConvDirection::Forward, x, w, y);
     const double cd_data = graph(kernels::ConvDirection::BackwardData, gx, w, gy);
@@ -121,11 +115,9 @@ int main(int argc, char** argv) {
     std::snprintf(shape, sizeof(shape), "%lldx%lld %lld k%lld/%lld", static_cast<long long>(s.h),
                   static_cast<long long>(s.h), static_cast<long long>(s.c), static_cast<long long>(s.k),
                   static_cast<long long>(s.stride));
-    std::printf("%-16s %-18s %4lld %9.3f %9.3f %7.2f %8.3f %8.3f %8.3f %8s\n", s.net, shape,
-                static_cast<long long>(s.count), ours, cudnn, cudnn / ours, cd_fwd, cd_data, cd_filter,
-                our_data);
+    std::printf("%-16s %-18s %4lld %9.3f %8.3f %8.3f %8.3f %8s\n", s.net, shape,
+                static_cast<long long>(s.count), ours, cd_fwd, cd_data, cd_filter, our_data);
     ours_net += ours * double(s.count);
-    cudnn_net += cudnn * double(s.count);
   }
   total();
   return 0;

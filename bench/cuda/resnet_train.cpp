@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const nb::Device device = nb::Device::cuda(0);
-  nb::set_cudnn_benchmark(true);
+  const nb::RoutesGuard routes_guard({.cudnn_benchmark = true});
   nb::manual_seed(0);
   const nb::MemoryFormat format =
       flags.channels_last ? nb::MemoryFormat::ChannelsLast : nb::MemoryFormat::Contiguous;

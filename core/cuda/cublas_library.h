@@ -1,9 +1,10 @@
 // Internal (cuda/ only). cuBLAS and cuBLASLt, loaded with dlopen on first use instead of linked.
 //
-// Why: loading libcublasLt.so runs its static initializers -- about 0.4 s and 200 MB of resident
-// memory -- in every process that links it, whether or not it ever multiplies a matrix on a GPU:
-// every CPU test process, `nabla-train --help`, a data-loading worker. Calling through these
-// tables moves that cost to the first GEMM (or the first cuBLAS error message).
+// Why: loading libcublasLt.so runs its static initializers -- a noticeable part of a second and
+// hundreds of megabytes of resident memory -- in every process that links it, whether or not it
+// ever multiplies a matrix on a GPU: every CPU test process, `nabla-train --help`, a
+// data-loading worker. Calling through these tables moves that cost to the first GEMM (or the
+// first cuBLAS error message).
 //
 // Each member has the exact type of the cuBLAS function it is named after (decltype of the
 // header's declaration), so a call reads like the plain C call and the compiler checks it:

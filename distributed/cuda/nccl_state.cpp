@@ -46,8 +46,8 @@ void ProcessGroupNccl::State::settle(ncclResult_t result, const std::string& wha
 // Note [Launching collectives when their inputs are ready]: a collective queued on the
 // communication stream behind a wait for the compute stream leaves that stream's hardware queue
 // blocked on a semaphore, and while one is blocked the GPU's front end dispatches every compute
-// kernel more slowly: on the H200 the median gap between two compute kernels grew from 1.5 to
-// 2.2 us for the whole step (a CUPTI trace, tools/cupti_trace), 0.6-0.8 ms per ResNet-50 step,
+// kernel more slowly: the median gap between two compute kernels grew by almost half over the
+// whole step (a CUPTI trace, tools/cupti_trace), a noticeable share of a ResNet-50 step in all,
 // since the host runs a whole backward ahead of the GPU and so queues every bucket's wait early.
 // In when-ready mode the host queues nothing on the communication stream until the caller's
 // stream has reached the collective's inputs: the launcher thread polls the oldest ticket's

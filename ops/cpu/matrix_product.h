@@ -5,7 +5,7 @@
 // Eigen's OpenMP GEMM hands out panels to its threads and synchronises them with busy-wait loops
 // on every panel. On a loaded machine (data-loader threads, other processes on the same cores) a
 // descheduled thread stalls the others, which spin: SmallCnn's fc1 (128x3136 @ 3136x128) took
-// 67 ms on 2 threads against 2.6 ms on 1. So Eigen is built with EIGEN_DONT_PARALLELIZE, and
+// about 25x longer on 2 threads than on 1. So Eigen is built with EIGEN_DONT_PARALLELIZE, and
 // parallel_product() gives each thread one block of rows or columns of the output, computed by
 // serial Eigen, with a single join at the end.
 //

@@ -60,8 +60,8 @@ constexpr int kKeyRows = 64;     // keys per tile
 constexpr int kWarps = kQueryRows / 16;
 constexpr int kThreads = kWarps * 32;
 // Two blocks per SM (at most 128 registers a thread) hide the latency of one block's barriers and
-// copies behind the other's products. Measured on an H200 (B 16, H 12, T 1024, D 64 and B 8, H 16,
-// T 2048, D 128, causal or not), it runs 1.3x to 1.6x faster than one block without the limit,
+// copies behind the other's products. At B 16, H 12, T 1024, D 64 and B 8, H 16, T 2048, D 128,
+// causal or not, it runs 1.3x to 1.6x faster than one block without the limit,
 // also at kD = 128, where it spills a few registers.
 constexpr int kMinBlocksPerSm = 2;
 

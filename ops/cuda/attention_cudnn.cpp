@@ -33,7 +33,6 @@
 #include "nabla/core/cuda/handles.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/error.h"
-#include "nabla/ops/conv.h"
 #include "nabla/ops/cuda/attention_kernels.h"
 #include "nabla/ops/cuda/cudnn_graph.h"
 
@@ -304,7 +303,8 @@ bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
 
 bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, bool causal, double scale,
-                              const Tensor& dq, const Tensor& dk, const Tensor& dv, std::string* why) {
+                              bool deterministic, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              std::string* why) {
   if (std::string p = problem(q, k, v, /*backward=*/true); !p.empty()) return refuse(why, p);
   for (const auto& [t, name] :
        {std::pair{&dout, "the output gradient"}, {&out, "out"}, {&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}}) {
@@ -312,7 +312,6 @@ bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
   }
   NABLA_ASSERT(lse.is_contiguous() && lse.dtype() == kFloat32, "cudnn_attention_backward: lse layout");
   nabla::cuda::DeviceGuard device(q.device().index);
-  const bool deterministic = cudnn_deterministic();
   std::vector<int64_t> key = {1, q.device().index, static_cast<int64_t>(q.dtype()), causal, deterministic};
   for (const Tensor* t : {&dout, &q, &k, &v, &out, &dq, &dk, &dv}) append(key, *t);
   const auto entry = cached(std::move(key), [&](std::string* reason) {

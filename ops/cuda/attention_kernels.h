@@ -42,12 +42,13 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
 // builds (once per problem, then cached) a backend graph and runs it. Returns false, with the
 // reason in `why` when given, where cuDNN does not take the problem (an unsupported head size,
 // layout or alignment, or no engine from its heuristics); nothing has been written then. lse is
-// the same as the flash kernels', so either backward can follow either forward.
+// the same as the flash kernels', so either backward can follow either forward. A deterministic
+// backward (Routes::cudnn_deterministic) sums dq in a fixed order.
 bool cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, double scale,
                              const Tensor& out, const Tensor& lse, std::string* why = nullptr);
 bool cudnn_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& out, const Tensor& lse, bool causal, double scale,
-                              const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                              bool deterministic, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                               std::string* why = nullptr);
 
 }  // namespace nabla::ops::cuda

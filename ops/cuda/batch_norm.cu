@@ -146,9 +146,6 @@ void batch_norm_forward_kernel(const BatchNormInputs& in, const Tensor& y, const
                                double momentum, double eps, const Tensor& z, bool relu) {
   const ChannelBlocks b = blocks_of(in.x);
   if (b.channels == 0) return;
-  if (b.per_channel() > 0 && persistent_batch_norm_takes(in.x) &&
-      batch_norm_forward_persistent(in, y, stats, momentum, eps, z, relu))
-    return;
   const cudaStream_t stream = stream_for(in.x);
   const Tensor coef = Tensor::empty({kForwardCoefs * b.channels}, stats.mean.options());
   dispatch_device<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
@@ -204,9 +201,6 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
   if (b.channels == 0) return;
   NABLA_ASSERT(!mask_from_x.on || (!relu_y.defined() && !grads.dresidual.defined()),
                "batch_norm_backward_kernel: the mask from x is relu(bn(x))'s, with no residual and no y");
-  if (b.per_channel() > 0 && persistent_batch_norm_takes(x) &&
-      batch_norm_backward_persistent(dy, x, weight, stats, grads, relu_y, mask_from_x))
-    return;
   const cudaStream_t stream = stream_for(x);
   const bool from_x = mask_from_x.on;
   const Tensor coef =

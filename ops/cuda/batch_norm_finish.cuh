@@ -1,8 +1,7 @@
 // Internal (ops/cuda/batch_norm*.cu only). What nabla's batch-norm kernels compute from a
-// channel's two totals, written once for both of their routes: the finishing kernels after the
-// partial sums (batch_norm.cu) and the single persistent kernel (batch_norm_persistent.cu). Each
-// leaves per-channel coefficients for the elementwise pass, [K][C] in one buffer, so no element
-// divides or looks up more than its channel's K values:
+// channel's two totals, kept apart from the finishing kernels that use them (batch_norm.cu) so
+// that each formula reads on its own. Each leaves per-channel coefficients for the elementwise pass, [K][C]
+// in one buffer, so no element divides or looks up more than its channel's K values:
 //  forward  (K = 3): y = (x - mean) * scale + shift, scale = invstd * w, shift = b;
 //  backward (K = 5): dx = (g - g_mean - (x - mean) * proj) * invstd * w, g_mean = mean(g),
 //                    proj = mean(g * (x - mean)) * invstd^2 (invstd and w apart, so dx rounds

@@ -287,8 +287,8 @@ int64_t resident_wave(int device) {
 // Launches the partial sums of `terms` over x's layout; returns the [C][2][splits] partials.
 // One wave of blocks, each with at least 8192 elements to sum: a second, partial wave left SMs
 // idle at the end of the kernel, and more splits cost the finishing warps more loads (8 blocks
-// per SM took the 16-bit passes 0.3-0.7 ms longer per ResNet-50 step than 2 to 4;
-// docs/performance.md, session 23).
+// per SM made the 16-bit passes of a ResNet-50 step measurably slower than 2 to 4;
+// docs/performance-archive.md).
 template <typename T, typename Terms>
 Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const Tensor& like,
                     cudaStream_t stream, int64_t* splits_out) {
@@ -328,11 +328,10 @@ Tensor channel_sums(const Terms& terms, const ChannelBlocks& b, int vec, const T
 // l + 32, ... into kChains running sums (chain i takes every kChains-th of them), adds the
 // chains in order, then a fixed butterfly adds the lanes, so the result does not depend on
 // timing, and every lane gets it. A warp, not a thread, because channels_last layers with few
-// channels have hundreds of splits; several chains, so that many loads are in flight: one
-// dependent chain of L2 round trips made the finishing kernels about 10 us each
-// (docs/performance.md, session 23). The loads go through L2 (ld.global.cg), never the
-// read-only path: the persistent kernels (batch_norm_persistent.cu) read partials that other
-// blocks of the same kernel wrote, which that path is not coherent with.
+// channels have hundreds of splits; several chains, so that many loads are in flight: with one
+// dependent chain of L2 round trips the finishing kernels waited on latency. The loads go
+// through L2 (ld.global.cg): the partials were just written by another kernel, so L1 would
+// only be polluted by them.
 template <typename A>
 __device__ void warp_total_of(const A* partial, int64_t splits, int64_t c, A& s0, A& s1) {
   constexpr int kChains = 8;

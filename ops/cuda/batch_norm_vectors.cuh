@@ -150,8 +150,8 @@ struct ChannelCoefs {
 // where there are that many vectors (a small activation would leave SMs idle otherwise), and at
 // least one thread per vector of a channels_last row (for_each_vector). Each thread loads its
 // channels' coefficients once (up to 7 vectors of them), so a thread with 4 vectors spent more
-// loads on coefficients than on data: 16 took 0.2-0.5 ms off the 16-bit passes of a ResNet-50
-// step (docs/performance.md, session 23).
+// loads on coefficients than on data; 16 made the 16-bit passes of a ResNet-50 step measurably
+// faster (docs/performance-archive.md).
 inline constexpr int kVectorsPerThread = 16;
 
 inline unsigned elementwise_blocks(int device, int64_t numel, int64_t channels, int64_t inner, int vec) {
@@ -162,9 +162,8 @@ inline unsigned elementwise_blocks(int device, int64_t numel, int64_t channels, 
 }
 
 // Rows of a channels_last activation whose loads a thread issues together before it uses any of
-// them. One row at a time left too few bytes in flight to reach the H200's bandwidth: a
-// backward pass over ResNet-50's batch norms ran at about 3 TB/s (docs/performance.md,
-// session 21).
+// them. One row at a time left too few bytes in flight to reach the GPU's memory bandwidth: a
+// backward pass over ResNet-50's batch norms ran well below it (docs/performance-archive.md).
 inline constexpr int kRowsInFlight = 2;
 
 // Calls load(offset, u) and then finish(offset, u, coefs) for every V-element vector of x's

@@ -33,7 +33,7 @@
 //   forward  y = x @ w^T,   data  grad_x = grad_y @ w,   filter  grad_w = grad_y^T @ x,
 // all read in place. These run on cuBLASLt (ops/cuda/gemm.cpp), which is faster at them than
 // cuDNN's legacy convolution API (ResNet-50's 1x1 layers in float16 at batch 256: up to 4x), and
-// skip the algorithm search. TF32 follows the convolution switch. float64 never runs NHWC.
+// skip the algorithm search. TF32 follows Routes::conv_tf32. float64 never runs NHWC.
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <fmt/ranges.h>
@@ -192,7 +192,7 @@ int64_t alignment(const void* p) {
 }
 
 Key make_key(Direction d, const Tensor& x, const Tensor& w, const Problem& p, const ConvParams& params,
-             const CudnnSettings& s, bool nhwc) {
+             const Routes& s, bool nhwc) {
   return {static_cast<int64_t>(d),
           x.device().index,
           static_cast<int64_t>(x.dtype()),
@@ -209,9 +209,9 @@ Key make_key(Direction d, const Tensor& x, const Tensor& w, const Problem& p, co
           params.padding[0] * 65536 + params.padding[1],
           params.dilation[0] * 65536 + params.dilation[1],
           params.groups,
-          s.allow_tf32,
-          s.deterministic,
-          s.benchmark,
+          s.conv_tf32,
+          s.cudnn_deterministic,
+          s.cudnn_benchmark,
           alignment(p.x),
           alignment(p.w),
           alignment(p.y)};
@@ -223,9 +223,9 @@ Tensor allocate_workspace(size_t bytes, Device device) {
 
 // The benchmark's timing scratch is as large as the hungriest algorithm asks for: FFT in NCHW
 // wants several GiB at batch 256. Left in the allocator's cache it would stay reserved for the
-// rest of the process; the session-3 tables measured NCHW reserving 37 GiB against 21 GiB
-// allocated in FP32 training, and 7 GiB for batch-16 inference. The search has just synchronized
-// the device anyway, so handing the free segments back costs little, and only once per problem.
+// rest of the process: NCHW float32 training reserved nearly twice the memory it allocated, and
+// batch-16 inference held several GiB. The search has just synchronized the device anyway, so
+// handing the free segments back costs little, and only once per problem.
 constexpr size_t kReleaseScratchFrom = size_t{256} << 20;
 
 void release_benchmark_scratch(size_t budget) {
@@ -241,29 +241,29 @@ void* data_of(const Tensor& workspace) {
   return workspace.numel() > 0 ? workspace.data_ptr() : nullptr;
 }
 
-// Whether a ranked or timed algorithm may run under the settings; sets its math type on the
+// Whether a ranked or timed algorithm may run under the routes; sets its math type on the
 // descriptor if so.
 template <typename Perf>
-bool usable(const Perf& perf, Problem& p, const CudnnSettings& s) {
+bool usable(const Perf& perf, Problem& p, const Routes& s) {
   if (perf.status != CUDNN_STATUS_SUCCESS) return false;
-  if (s.deterministic && perf.determinism != CUDNN_DETERMINISTIC) return false;
+  if (s.cudnn_deterministic && perf.determinism != CUDNN_DETERMINISTIC) return false;
   if (perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) return false;
   if (p.fp32_without_tf32 && perf.mathType == CUDNN_TENSOR_OP_MATH) return false;
   p.conv.set_math(p.fp32_without_tf32 ? CUDNN_FMA_MATH : perf.mathType);
   return true;
 }
 
-[[noreturn]] void no_algorithm(const char* op, const Problem& p, const CudnnSettings& s) {
+[[noreturn]] void no_algorithm(const char* op, const Problem& p, const Routes& s) {
   NABLA_CHECK(false,
               "{}: cuDNN offers no usable algorithm for this convolution on {} (deterministic={}); try other "
               "shapes or options, or free memory for its workspace",
-              op, p.device.str(), s.deterministic);
+              op, p.device.str(), s.cudnn_deterministic);
   __builtin_unreachable();
 }
 
 // Heuristics: the first usable algorithm whose workspace can be allocated. `workspace` keeps it.
 template <Direction D>
-Choice choose_by_heuristics(Problem& p, const CudnnSettings& s, Tensor& workspace, const char* op) {
+Choice choose_by_heuristics(Problem& p, const Routes& s, Tensor& workspace, const char* op) {
   using A = Algos<D>;
   std::array<typename A::Perf, A::kCount> perfs{};
   int n = 0;
@@ -284,8 +284,7 @@ Choice choose_by_heuristics(Problem& p, const CudnnSettings& s, Tensor& workspac
 
 // Benchmark mode: time every algorithm on the real buffers and keep the fastest usable one.
 template <Direction D>
-Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace, const char* op,
-                           const Key& key) {
+Choice choose_by_benchmark(Problem& p, const Routes& s, Tensor& workspace, const char* op, const Key& key) {
   using A = Algos<D>;
   p.conv.set_math(p.default_math);
   size_t budget = 0;
@@ -328,7 +327,7 @@ Choice choose_by_benchmark(Problem& p, const CudnnSettings& s, Tensor& workspace
 // The cached choice for `key`, or a new one (heuristics or benchmark); `workspace` holds its
 // workspace and the descriptor its math type.
 template <Direction D>
-Choice choose(Problem& p, const Key& key, const CudnnSettings& s, const char* op, Tensor& workspace) {
+Choice choose(Problem& p, const Key& key, const Routes& s, const char* op, Tensor& workspace) {
   std::optional<Choice> choice;
   {
     auto& cache = algo_cache();
@@ -342,8 +341,8 @@ Choice choose(Problem& p, const Key& key, const CudnnSettings& s, const char* op
     return *choice;
   }
   // Two threads may both search the same problem; they store the same kind of answer.
-  choice = s.benchmark ? choose_by_benchmark<D>(p, s, workspace, op, key)
-                       : choose_by_heuristics<D>(p, s, workspace, op);
+  choice = s.cudnn_benchmark ? choose_by_benchmark<D>(p, s, workspace, op, key)
+                             : choose_by_heuristics<D>(p, s, workspace, op);
   auto& cache = algo_cache();
   std::lock_guard lock(cache.mutex);
   cache.choices.emplace(key, *choice);
@@ -351,7 +350,7 @@ Choice choose(Problem& p, const Key& key, const CudnnSettings& s, const char* op
 }
 
 template <Direction D>
-void convolve(Problem& p, const Key& key, const CudnnSettings& s, const char* op) {
+void convolve(Problem& p, const Key& key, const Routes& s, const char* op) {
   using A = Algos<D>;
   Tensor workspace;
   const Choice choice = choose<D>(p, key, s, op, workspace);
@@ -394,7 +393,7 @@ cudnnMathType_t default_math(DType dtype, bool allow_tf32) {
 }
 
 Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& params,
-                     const CudnnSettings& s, bool nhwc) {
+                     const Routes& s, bool nhwc) {
   const DType dtype = x.dtype();
   Problem p{.handle = nabla::cuda::cudnn_handle(),
             .x_desc = TensorDescriptor(x),
@@ -406,15 +405,15 @@ Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const Co
             .y = y.data_ptr(),
             .device = x.device(),
             .f64 = dtype == kFloat64,
-            .fp32_without_tf32 = dtype == kFloat32 && !s.allow_tf32,
-            .default_math = default_math(dtype, s.allow_tf32)};
+            .fp32_without_tf32 = dtype == kFloat32 && !s.conv_tf32,
+            .default_math = default_math(dtype, s.conv_tf32)};
   p.conv.set_math(p.default_math);
   return p;
 }
 
 template <Direction D>
 void run_direction(const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
-                   const ConvParams& params, const CudnnSettings& s) {
+                   const ConvParams& params, const Routes& s) {
   nabla::cuda::DeviceGuard device(x.device().index);
   const bool nhwc = check_layouts(op, x, w, y);
   Problem p = make_problem(x, w, y, params, s, nhwc);
@@ -438,37 +437,35 @@ Tensor weight_matrix(const Tensor& w) {
 }
 
 // Note [Convolutions on the graph API]: a grouped convolution always tries cuDNN's backend graph
-// API first (Note [Grouped convolutions on the graph API] in conv_bn_fused.cpp). An ungrouped
-// one does too under settings.graph_api, outside deterministic mode. At ResNet-50's shapes the
-// legacy cudnnFind* list lacked the engines the graph API times: its best 3x3 convolutions took
-// up to 1.5x the graph API's, and its convolutions 13-15% more time in all (nabla_bench_conv,
-// docs/performance.md, session 20). Deterministic mode keeps the legacy list, whose
-// deterministic choices are the ones the bit-for-bit tests have run on. The graph route refuses
-// what it cannot take (float32, channels not in 8s, NCHW), and then the legacy call runs.
+// API first (Note [Grouped convolutions on the graph API] in conv_bn_fused.cpp), and an
+// ungrouped one does too outside deterministic mode: the legacy cudnnFind* list lacks engines the
+// graph API offers, and at ResNet-50's shapes its best 3x3 convolutions took up to 1.5x the graph
+// API's. Deterministic mode keeps the legacy list, whose deterministic choices are the ones the
+// bit-for-bit tests run on. The graph route refuses what it cannot take (float32, channels not
+// in 8s, NCHW), and then the legacy call runs.
 bool on_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                  const ConvParams& p, const CudnnSettings& settings) {
-  if (p.groups == 1 && (!settings.graph_api || settings.deterministic)) return false;
-  return conv2d_graph(direction, x, w, y, p, settings);
+                  const ConvParams& p, const Routes& routes) {
+  if (p.groups == 1 && routes.cudnn_deterministic) return false;
+  return conv2d_graph(direction, x, w, y, p, routes);
 }
 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const ConvParams& p, const CudnnSettings& settings) {
-  if (takes_space_to_depth(x, w, y, p, settings)) {
-    conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, settings);
+                    const ConvParams& p, const Routes& routes) {
+  if (takes_space_to_depth(x, w, y, p, routes)) {
+    conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, routes);
     return;
   }
   if (is_pointwise_gemm(x, w, p)) {
-    gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y),
-         {.bias = bias, .allow_tf32 = settings.allow_tf32});
+    gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y), {.bias = bias, .allow_tf32 = routes.conv_tf32});
     return;
   }
   // channels_last 16-bit with a bias: the bias in the convolution's epilogue where cuDNN's
   // fusion engines take it, else a pass of its own.
-  if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, settings)) return;
-  if (!on_graph_api(ConvDirection::Forward, x, w, y, p, settings))
-    run_direction<Direction::Forward>("conv2d", x, w, y, p, settings);
+  if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, routes)) return;
+  if (!on_graph_api(ConvDirection::Forward, x, w, y, p, routes))
+    run_direction<Direction::Forward>("conv2d", x, w, y, p, routes);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
     Tensor b = ops::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
@@ -477,19 +474,19 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 }
 
 bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
-                         const Tensor& y, const ConvParams& params, const CudnnSettings& settings) {
+                         const Tensor& y, const ConvParams& params, const Routes& routes) {
   nabla::cuda::DeviceGuard device(x.device().index);
   if (x.dtype() == kFloat64) return false;
   const bool nhwc = check_layouts("conv2d_relu", x, w, y);
   if (residual.defined() && (residual.strides() != y.strides() || residual.dtype() != y.dtype()))
     return false;
-  if (takes_space_to_depth(x, w, y, params, settings)) {
+  if (takes_space_to_depth(x, w, y, params, routes)) {
     return conv2d_forward_relu(space_to_depth_input(x, w, y, params), space_to_depth_weight(w), bias,
-                               residual, y, {}, settings);
+                               residual, y, {}, routes);
   }
   // Note [Few input channels]: cuDNN has no fast kernel for a channels_last 16-bit convolution
-  // of an image (3 channels): at batch 16, ResNet-50's folded stem took 200 us of a 1.07 ms
-  // forward on a generic one. Zero channels up to 8 make it an ordinary implicit GEMM, which
+  // of an image (3 channels): at batch 16, ResNet-50's folded stem took about a fifth of the
+  // whole forward on a generic one. Zero channels up to 8 make it an ordinary implicit GEMM, which
   // the fusion engines also take, for one small copy of the input and of the weight.
   if (nhwc && is_reduced_float(x.dtype()) && params.groups == 1 && x.size(1) < 8) {
     const auto padded = [](const Tensor& t) {
@@ -500,7 +497,7 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
       copy(t, p.narrow(1, 0, t.size(1)));
       return p;
     };
-    return conv2d_forward_relu(padded(x), padded(w), bias, residual, y, params, settings);
+    return conv2d_forward_relu(padded(x), padded(w), bias, residual, y, params, routes);
   }
   // cuDNN reads the bias in y's type.
   const Tensor b = bias.dtype() == y.dtype() ? bias.contiguous() : bias.to(y.dtype());
@@ -509,20 +506,20 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
   if (is_pointwise_gemm(x, w, params) &&
       gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y),
            {.bias = b,
-            .allow_tf32 = settings.allow_tf32,
+            .allow_tf32 = routes.conv_tf32,
             .relu = true,
             .addend = residual.defined() ? pixel_rows(residual) : Tensor{}}))
     return true;
   // channels_last 16-bit: cuDNN's fusion engines, whose plans benchmark mode times on the call
   // itself. The legacy fused call below takes the plain convolution's algorithm, which at small
-  // batches was a poor one for it (docs/performance.md, session 15).
-  if (conv2d_forward_bias_relu(x, w, b, residual, true, y, params, settings)) return true;
+  // batches was a poor one for it (docs/performance-archive.md).
+  if (conv2d_forward_bias_relu(x, w, b, residual, true, y, params, routes)) return true;
   // The forward's algorithm (same key, so the same cached choice): cuDNN runs the bias, the sum
   // and the ReLU in that algorithm's epilogue.
-  Problem p = make_problem(x, w, y, params, settings, nhwc);
+  Problem p = make_problem(x, w, y, params, routes, nhwc);
   Tensor workspace;
   const Choice choice = choose<Direction::Forward>(
-      p, make_key(Direction::Forward, x, w, p, params, settings, nhwc), settings, "conv2d_relu", workspace);
+      p, make_key(Direction::Forward, x, w, p, params, routes, nhwc), routes, "conv2d_relu", workspace);
   // cuDNN reads the bias as a (1, O, 1, 1) tensor.
   const TensorDescriptor bias_desc(
       ops::alias(b, {1, b.size(0), 1, 1}, {b.size(0), 1, 1, 1}, b.storage_offset()));
@@ -540,44 +537,44 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
-                           const CudnnSettings& settings) {
-  if (settings.depthwise_kernels && depthwise_conv2d_backward_input_supported(grad_x, w, grad_y, p)) {
+                           const Routes& routes) {
+  if (depthwise_conv2d_backward_input_supported(grad_x, w, grad_y, p)) {
     depthwise_conv2d_backward_input(grad_y, w, grad_x, p);
     return;
   }
   if (is_pointwise_gemm(grad_x, w, p)) {
-    gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = settings.allow_tf32});
+    gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = routes.conv_tf32});
     return;
   }
-  if (!on_graph_api(ConvDirection::BackwardData, grad_x, w, grad_y, p, settings))
-    run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, settings);
+  if (!on_graph_api(ConvDirection::BackwardData, grad_x, w, grad_y, p, routes))
+    run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, routes);
 }
 
 bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
-                                      const ConvParams& p, const CudnnSettings& settings) {
+                                      const ConvParams& p, const Routes& routes) {
   if (!is_pointwise_gemm(grad_x, w, p)) return false;
   gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x),
-       {.allow_tf32 = settings.allow_tf32, .accumulate = true});
+       {.allow_tf32 = routes.conv_tf32, .accumulate = true});
   return true;
 }
 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
-                            const CudnnSettings& settings) {
-  if (takes_space_to_depth(x, grad_w, grad_y, p, settings)) {
+                            const Routes& routes) {
+  if (takes_space_to_depth(x, grad_w, grad_y, p, routes)) {
     const Tensor folded_x = space_to_depth_input(x, grad_w, grad_y, p);
     const Tensor folded = Tensor::empty(
         {grad_w.size(0), folded_x.size(1), (grad_w.size(2) + 1) / 2, (grad_w.size(3) + 1) / 2},
         {.dtype = grad_w.dtype(), .device = grad_w.device(), .memory_format = MemoryFormat::ChannelsLast});
-    conv2d_backward_weight(grad_y, folded_x, folded, {}, settings);
+    conv2d_backward_weight(grad_y, folded_x, folded, {}, routes);
     weight_grad_from_space_to_depth(folded, grad_w);
     return;
   }
   if (is_pointwise_gemm(x, grad_w, p)) {
-    gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = settings.allow_tf32});
+    gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = routes.conv_tf32});
     return;
   }
-  if (!on_graph_api(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, settings))
-    run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, settings);
+  if (!on_graph_api(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, routes))
+    run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, routes);
 }
 
 bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p) {

@@ -162,13 +162,13 @@ void append(std::vector<int64_t>& key, const Tensor& t) {
 }
 
 std::vector<int64_t> key_of(Pattern pattern, const ConvParams& p, const AffineRelu* prologue,
-                            const CudnnSettings& settings, std::initializer_list<const Tensor*> tensors) {
+                            const Routes& routes, std::initializer_list<const Tensor*> tensors) {
   std::vector<int64_t> key = {static_cast<int64_t>(pattern),
                               static_cast<int64_t>(prologue ? prologue->scale.dtype() : kFloat32),
                               (*tensors.begin())->device().index,
                               prologue != nullptr,
-                              settings.deterministic,
-                              settings.benchmark,
+                              routes.cudnn_deterministic,
+                              routes.cudnn_benchmark,
                               p.stride[0],
                               p.stride[1],
                               p.padding[0],
@@ -179,14 +179,14 @@ std::vector<int64_t> key_of(Pattern pattern, const ConvParams& p, const AffineRe
   return key;
 }
 
-bool timing_wanted(const CudnnSettings& settings) {
-  return settings.benchmark && !settings.deterministic;
+bool timing_wanted(const Routes& routes) {
+  return routes.cudnn_benchmark && !routes.cudnn_deterministic;
 }
 
 // The cached plans of a problem, or nullptr when the problem is new and a CUDA graph is being
 // captured: building plans may allocate or load modules, which a capture must not see (the
 // caller then refuses; the eager warm-up steps before a capture fill the cache).
-Entry* cached(const CudnnSettings& settings, std::vector<int64_t> key, const auto& build) {
+Entry* cached(const Routes& routes, std::vector<int64_t> key, const auto& build) {
   thread_local std::map<std::vector<int64_t>, std::unique_ptr<Entry>> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second.get();
@@ -196,8 +196,8 @@ Entry* cached(const CudnnSettings& settings, std::vector<int64_t> key, const aut
     Graph g;
     build(g);
     // A few candidates only where they will be timed: each may be a runtime compilation.
-    const int limit = timing_wanted(settings) ? 6 : 1;
-    entry->plans = g.plans(nabla::cuda::cudnn_handle(), limit, &entry->why, settings.deterministic);
+    const int limit = timing_wanted(routes) ? 6 : 1;
+    entry->plans = g.plans(nabla::cuda::cudnn_handle(), limit, &entry->why, routes.cudnn_deterministic);
   } catch (const Error& e) {  // a descriptor cuDNN rejects: a refusal like any other
     entry->plans.clear();
     entry->why = e.what();
@@ -260,8 +260,8 @@ void run(Entry& entry, const Device& device, const std::vector<int64_t>& uids,
 }  // namespace
 
 bool conv2d_forward_stats(const Tensor& x, const AffineRelu& prologue, const Tensor& w, const Tensor& y,
-                          const Tensor& sum, const Tensor& sqsum, const ConvParams& p,
-                          const CudnnSettings& settings, std::string* why) {
+                          const Tensor& sum, const Tensor& sqsum, const ConvParams& p, const Routes& routes,
+                          std::string* why) {
   if (std::string problem = layout_problem({&x, &w, &y}, prologue, p); !problem.empty())
     return refuse(why, problem);
   for (const Tensor* t : {&sum, &sqsum}) {
@@ -271,19 +271,19 @@ bool conv2d_forward_stats(const Tensor& x, const AffineRelu& prologue, const Ten
                  describe(*t));
   }
   nabla::cuda::DeviceGuard device(x.device().index);
-  Entry* entry = cached(
-      settings,
-      key_of(Pattern::ForwardStats, p, prologue.defined() ? &prologue : nullptr, settings, {&x, &w, &y}),
-      [&](Graph& g) {
-        g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
-        g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
-        g.tensor(kY, io_type(y), dims_of(y), strides_of(y));
-        channel_tensor(g, kSum, y.size(1));
-        channel_tensor(g, kSqSum, y.size(1));
-        const int64_t input = prologue.defined() ? affine_relu(g, x, prologue) : kX;
-        g.conv_forward(conv_of(p), input, kW, kY);
-        g.gen_stats(kY, kSum, kSqSum);
-      });
+  Entry* entry =
+      cached(routes,
+             key_of(Pattern::ForwardStats, p, prologue.defined() ? &prologue : nullptr, routes, {&x, &w, &y}),
+             [&](Graph& g) {
+               g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
+               g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
+               g.tensor(kY, io_type(y), dims_of(y), strides_of(y));
+               channel_tensor(g, kSum, y.size(1));
+               channel_tensor(g, kSqSum, y.size(1));
+               const int64_t input = prologue.defined() ? affine_relu(g, x, prologue) : kX;
+               g.conv_forward(conv_of(p), input, kW, kY);
+               g.gen_stats(kY, kSum, kSqSum);
+             });
   if (std::string reason = unusable(entry); !reason.empty()) return refuse(why, reason);
   std::vector<int64_t> uids = {kX, kW, kY, kSum, kSqSum};
   std::vector<void*> ptrs = {x.data_ptr(), w.data_ptr(), y.data_ptr(), sum.data_ptr(), sqsum.data_ptr()};
@@ -296,14 +296,14 @@ bool conv2d_forward_stats(const Tensor& x, const AffineRelu& prologue, const Ten
 }
 
 bool conv2d_backward_weight_affine_relu(const Tensor& grad_y, const Tensor& x, const AffineRelu& prologue,
-                                        const Tensor& grad_w, const ConvParams& p,
-                                        const CudnnSettings& settings, std::string* why) {
+                                        const Tensor& grad_w, const ConvParams& p, const Routes& routes,
+                                        std::string* why) {
   NABLA_ASSERT(prologue.defined(), "conv2d_backward_weight_affine_relu: no prologue");
   if (std::string problem = layout_problem({&grad_y, &x, &grad_w}, prologue, p); !problem.empty())
     return refuse(why, problem);
   nabla::cuda::DeviceGuard device(x.device().index);
   Entry* entry =
-      cached(settings, key_of(Pattern::WeightGradAffineRelu, p, &prologue, settings, {&grad_y, &x, &grad_w}),
+      cached(routes, key_of(Pattern::WeightGradAffineRelu, p, &prologue, routes, {&grad_y, &x, &grad_w}),
              [&](Graph& g) {
                g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
                g.tensor(kDy, io_type(grad_y), dims_of(grad_y), strides_of(grad_y));
@@ -319,29 +319,29 @@ bool conv2d_backward_weight_affine_relu(const Tensor& grad_y, const Tensor& x, c
 
 bool conv2d_backward_input_relu_mask(const Tensor& grad_y, const Tensor& w, const Tensor& x,
                                      const AffineRelu& prologue, const Tensor& grad_pre, const ConvParams& p,
-                                     const CudnnSettings& settings, std::string* why) {
+                                     const Routes& routes, std::string* why) {
   NABLA_ASSERT(prologue.defined(), "conv2d_backward_input_relu_mask: no prologue");
   if (std::string problem = layout_problem({&grad_y, &w, &x, &grad_pre}, prologue, p); !problem.empty())
     return refuse(why, problem);
   nabla::cuda::DeviceGuard device(x.device().index);
-  Entry* entry = cached(
-      settings, key_of(Pattern::DataGradReluMask, p, &prologue, settings, {&grad_y, &w, &x, &grad_pre}),
-      [&](Graph& g) {
-        const std::vector<int64_t> dims = dims_of(x), strides = strides_of(x);
-        g.tensor(kX, io_type(x), dims, strides);
-        g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
-        g.tensor(kDy, io_type(grad_y), dims_of(grad_y), strides_of(grad_y));
-        g.tensor(kDx, io_type(grad_pre), dims_of(grad_pre), strides_of(grad_pre));
-        channel_tensor(g, kScale, x.size(1), param_type(prologue));
-        channel_tensor(g, kBias, x.size(1), param_type(prologue));
-        const int64_t grad = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
-        g.conv_backward_data(conv_of(p), kDy, kW, grad);
-        const int64_t scaled = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
-        const int64_t pre = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
-        g.pointwise({.mode = CUDNN_POINTWISE_MUL, .x = kX, .b = kScale, .y = scaled});
-        g.pointwise({.mode = CUDNN_POINTWISE_ADD, .x = scaled, .b = kBias, .y = pre});
-        g.relu_backward(pre, grad, kDx);
-      });
+  Entry* entry =
+      cached(routes, key_of(Pattern::DataGradReluMask, p, &prologue, routes, {&grad_y, &w, &x, &grad_pre}),
+             [&](Graph& g) {
+               const std::vector<int64_t> dims = dims_of(x), strides = strides_of(x);
+               g.tensor(kX, io_type(x), dims, strides);
+               g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
+               g.tensor(kDy, io_type(grad_y), dims_of(grad_y), strides_of(grad_y));
+               g.tensor(kDx, io_type(grad_pre), dims_of(grad_pre), strides_of(grad_pre));
+               channel_tensor(g, kScale, x.size(1), param_type(prologue));
+               channel_tensor(g, kBias, x.size(1), param_type(prologue));
+               const int64_t grad = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+               g.conv_backward_data(conv_of(p), kDy, kW, grad);
+               const int64_t scaled = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+               const int64_t pre = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+               g.pointwise({.mode = CUDNN_POINTWISE_MUL, .x = kX, .b = kScale, .y = scaled});
+               g.pointwise({.mode = CUDNN_POINTWISE_ADD, .x = scaled, .b = kBias, .y = pre});
+               g.relu_backward(pre, grad, kDx);
+             });
   if (std::string reason = unusable(entry); !reason.empty()) return refuse(why, reason);
   run(*entry, x.device(), {kX, kW, kDy, kDx, kScale, kBias},
       {x.data_ptr(), w.data_ptr(), grad_y.data_ptr(), grad_pre.data_ptr(), prologue.scale.data_ptr(),
@@ -352,7 +352,7 @@ bool conv2d_backward_input_relu_mask(const Tensor& grad_y, const Tensor& w, cons
 bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w, const Tensor& x,
                                            const BatchNormSaved& bn, const Tensor& grad_pre,
                                            const BatchNormBackwardCoefficients& out, const ConvParams& p,
-                                           const CudnnSettings& settings, std::string* why) {
+                                           const Routes& routes, std::string* why) {
   if (std::string problem = layout_problem({&grad_z, &w, &x, &grad_pre}, {}, p); !problem.empty())
     return refuse(why, problem);
   for (const Tensor* t : {&bn.mean, &bn.invstd, &bn.weight, &bn.bias, &out.dweight, &out.dbias, &out.eq_dy,
@@ -363,40 +363,40 @@ bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w
                     "the batch norm's per-channel tensors must be 16-byte-aligned contiguous (C) float32");
   }
   nabla::cuda::DeviceGuard device(x.device().index);
-  Entry* entry = cached(
-      settings, key_of(Pattern::DataGradBatchNormRelu, p, nullptr, settings, {&grad_z, &w, &x, &grad_pre}),
-      [&](Graph& g) {
-        const std::vector<int64_t> dims = dims_of(x), strides = strides_of(x);
-        g.tensor(kX, io_type(x), dims, strides);
-        g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
-        g.tensor(kDy, io_type(grad_z), dims_of(grad_z), strides_of(grad_z));
-        g.tensor(kDx, io_type(grad_pre), dims_of(grad_pre), strides_of(grad_pre));
-        for (int64_t uid : {kMean, kInvStd, kScale, kBias, kDScale, kDBias, kEqDy, kEqX, kEqBias})
-          channel_tensor(g, uid, x.size(1));
-        const int64_t grad = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
-        g.conv_backward_data(conv_of(p), kDy, kW, grad);
-        // The batch norm's output, recomputed from x: (x - mean) * invstd * weight + bias.
-        int64_t v = kX;
-        for (const auto& [mode, operand] : {std::pair{CUDNN_POINTWISE_SUB, kMean},
-                                            {CUDNN_POINTWISE_MUL, kInvStd},
-                                            {CUDNN_POINTWISE_MUL, kScale},
-                                            {CUDNN_POINTWISE_ADD, kBias}}) {
-          const int64_t next = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
-          g.pointwise({.mode = mode, .x = v, .b = operand, .y = next});
-          v = next;
-        }
-        g.relu_backward(v, grad, kDx);
-        g.batch_norm_backward_weights({.x = kX,
-                                       .dy = kDx,
-                                       .mean = kMean,
-                                       .invstd = kInvStd,
-                                       .weight = kScale,
-                                       .dweight = kDScale,
-                                       .dbias = kDBias,
-                                       .eq_dy = kEqDy,
-                                       .eq_x = kEqX,
-                                       .eq_bias = kEqBias});
-      });
+  Entry* entry =
+      cached(routes, key_of(Pattern::DataGradBatchNormRelu, p, nullptr, routes, {&grad_z, &w, &x, &grad_pre}),
+             [&](Graph& g) {
+               const std::vector<int64_t> dims = dims_of(x), strides = strides_of(x);
+               g.tensor(kX, io_type(x), dims, strides);
+               g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
+               g.tensor(kDy, io_type(grad_z), dims_of(grad_z), strides_of(grad_z));
+               g.tensor(kDx, io_type(grad_pre), dims_of(grad_pre), strides_of(grad_pre));
+               for (int64_t uid : {kMean, kInvStd, kScale, kBias, kDScale, kDBias, kEqDy, kEqX, kEqBias})
+                 channel_tensor(g, uid, x.size(1));
+               const int64_t grad = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+               g.conv_backward_data(conv_of(p), kDy, kW, grad);
+               // The batch norm's output, recomputed from x: (x - mean) * invstd * weight + bias.
+               int64_t v = kX;
+               for (const auto& [mode, operand] : {std::pair{CUDNN_POINTWISE_SUB, kMean},
+                                                   {CUDNN_POINTWISE_MUL, kInvStd},
+                                                   {CUDNN_POINTWISE_MUL, kScale},
+                                                   {CUDNN_POINTWISE_ADD, kBias}}) {
+                 const int64_t next = g.virtual_tensor(dims, CUDNN_DATA_FLOAT, strides);
+                 g.pointwise({.mode = mode, .x = v, .b = operand, .y = next});
+                 v = next;
+               }
+               g.relu_backward(v, grad, kDx);
+               g.batch_norm_backward_weights({.x = kX,
+                                              .dy = kDx,
+                                              .mean = kMean,
+                                              .invstd = kInvStd,
+                                              .weight = kScale,
+                                              .dweight = kDScale,
+                                              .dbias = kDBias,
+                                              .eq_dy = kEqDy,
+                                              .eq_x = kEqX,
+                                              .eq_bias = kEqBias});
+             });
   if (std::string reason = unusable(entry); !reason.empty()) return refuse(why, reason);
   run(*entry, x.device(),
       {kX, kW, kDy, kDx, kMean, kInvStd, kScale, kBias, kDScale, kDBias, kEqDy, kEqX, kEqBias},
@@ -407,7 +407,7 @@ bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w
 }
 
 bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
-                              bool relu, const Tensor& y, const ConvParams& p, const CudnnSettings& settings,
+                              bool relu, const Tensor& y, const ConvParams& p, const Routes& routes,
                               std::string* why) {
   std::string problem = residual.defined() ? layout_problem({&x, &w, &y, &residual}, {}, p)
                                            : layout_problem({&x, &w, &y}, {}, p);
@@ -420,9 +420,9 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
     return refuse(why, "the bias must be a 16-byte-aligned contiguous (O) tensor, float32 or of y's dtype");
   nabla::cuda::DeviceGuard device(x.device().index);
   // The bias's dtype and the epilogue's shape (residual, ReLU) are part of the problem.
-  std::vector<int64_t> key = key_of(Pattern::ForwardBiasRelu, p, nullptr, settings, {&x, &w, &y});
+  std::vector<int64_t> key = key_of(Pattern::ForwardBiasRelu, p, nullptr, routes, {&x, &w, &y});
   key.insert(key.end(), {static_cast<int64_t>(bias.dtype()), residual.defined(), relu});
-  Entry* entry = cached(settings, std::move(key), [&](Graph& g) {
+  Entry* entry = cached(routes, std::move(key), [&](Graph& g) {
     const std::vector<int64_t> dims = dims_of(y), strides = strides_of(y);
     g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
     g.tensor(kW, io_type(w), dims_of(w), strides_of(w));
@@ -457,11 +457,11 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
 
 // Note [Grouped convolutions on the graph API]: cuDNN's legacy entry points (cudnnFind*) offer
 // only a few algorithms for a grouped channels_last 16-bit convolution, and for MobileNet's
-// stride-2 depthwise ones the best of them took 3.7x PyTorch's time (5.41 against 1.47 ms,
-// forward + backward at batch 256, nabla_bench_depthwise). The backend graph API reaches the
-// engines PyTorch's cuDNN path uses; in benchmark mode the first candidates are timed as above.
+// stride-2 depthwise ones the best of them took nearly 4x PyTorch's time (forward + backward
+// at batch 256, nabla_bench_depthwise). The backend graph API reaches the engines PyTorch's
+// cuDNN path uses; in benchmark mode the first candidates are timed as above.
 bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                  const ConvParams& p, const CudnnSettings& settings, std::string* why) {
+                  const ConvParams& p, const Routes& routes, std::string* why) {
   if (cudnnGetVersion() < 90000) return refuse(why, "the graph route needs cuDNN 9");
   for (const Tensor* t : {&x, &w, &y}) {
     if (t->dim() != 4 || (t->dtype() != kFloat16 && t->dtype() != kBFloat16) || t->dtype() != x.dtype() ||
@@ -476,7 +476,7 @@ bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, con
   const Pattern pattern = direction == ConvDirection::Forward        ? Pattern::GraphForward
                           : direction == ConvDirection::BackwardData ? Pattern::GraphDataGrad
                                                                      : Pattern::GraphWeightGrad;
-  Entry* entry = cached(settings, key_of(pattern, p, nullptr, settings, {&x, &w, &y}), [&](Graph& g) {
+  Entry* entry = cached(routes, key_of(pattern, p, nullptr, routes, {&x, &w, &y}), [&](Graph& g) {
     // The groups are implied by the filter's input channels, C / groups.
     g.tensor(kX, io_type(x), dims_of(x), strides_of(x));
     g.tensor(kW, io_type(w), dims_of(w), strides_of(w));

@@ -27,20 +27,20 @@ struct AffineRelu {
 // y = conv(prologue(x), w), and sum / sqsum (O) = the per-channel sums of y and of y^2 over
 // (N, H, W), accumulated from the float32 results before rounding to y's dtype.
 bool conv2d_forward_stats(const Tensor& x, const AffineRelu& prologue, const Tensor& w, const Tensor& y,
-                          const Tensor& sum, const Tensor& sqsum, const ConvParams& p,
-                          const CudnnSettings& settings, std::string* why = nullptr);
+                          const Tensor& sum, const Tensor& sqsum, const ConvParams& p, const Routes& routes,
+                          std::string* why = nullptr);
 
 // grad_w = the weight gradient of conv(relu(x * scale + bias), w): the normalized input is
 // recomputed in the convolution's load, never written.
 bool conv2d_backward_weight_affine_relu(const Tensor& grad_y, const Tensor& x, const AffineRelu& prologue,
-                                        const Tensor& grad_w, const ConvParams& p,
-                                        const CudnnSettings& settings, std::string* why = nullptr);
+                                        const Tensor& grad_w, const ConvParams& p, const Routes& routes,
+                                        std::string* why = nullptr);
 
 // grad_pre = dgrad(grad_y, w) where x * scale + bias > 0, else 0: the gradient reaching the
 // input of the prologue's ReLU.
 bool conv2d_backward_input_relu_mask(const Tensor& grad_y, const Tensor& w, const Tensor& x,
                                      const AffineRelu& prologue, const Tensor& grad_pre, const ConvParams& p,
-                                     const CudnnSettings& settings, std::string* why = nullptr);
+                                     const Routes& routes, std::string* why = nullptr);
 
 // What a training batch norm saved, all (C) float32: the batch mean and inverse standard
 // deviation, and its affine weight (gamma) and bias (beta).
@@ -57,7 +57,7 @@ struct BatchNormBackwardCoefficients {
 bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w, const Tensor& x,
                                            const BatchNormSaved& bn, const Tensor& grad_pre,
                                            const BatchNormBackwardCoefficients& out, const ConvParams& p,
-                                           const CudnnSettings& settings, std::string* why = nullptr);
+                                           const Routes& routes, std::string* why = nullptr);
 
 // From a convolution's per-channel sums of y and y^2 over `count` elements per channel: the
 // batch mean and inverse standard deviation (stats), the running statistics updated in place as
@@ -86,7 +86,7 @@ void batch_norm_affine_relu(const Tensor& y, const Tensor& scale, const Tensor& 
 // (an inference convolution with its batch norm folded in, nn::fold_batch_norm): y is written
 // once. bias (O) is float32 or y's dtype; residual (may be undefined) is laid out as y.
 bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& residual,
-                              bool relu, const Tensor& y, const ConvParams& p, const CudnnSettings& settings,
+                              bool relu, const Tensor& y, const ConvParams& p, const Routes& routes,
                               std::string* why = nullptr);
 
 // A grouped convolution (groups > 1, depthwise included) on the graph API's engines (Note
@@ -95,7 +95,7 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
 // output is overwritten. channels_last float16/bfloat16, channel counts in 8s.
 enum class ConvDirection { Forward, BackwardData, BackwardWeight };
 bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                  const ConvParams& p, const CudnnSettings& settings, std::string* why = nullptr);
+                  const ConvParams& p, const Routes& routes, std::string* why = nullptr);
 
 // The engine of the last fused call on this thread (any pattern), for benchmarks.
 std::string conv_bn_last_engine();

@@ -2,9 +2,9 @@
 //
 // Note [Depthwise convolutions]: MobileNet's and EfficientNet's depthwise convolutions run on
 // cuDNN's graph-API engines (Note [Grouped convolutions on the graph API]), which beat PyTorch's
-// at every shape but one kind: the data gradient of the stride-2 ones took 4x its forward (0.98
-// against 0.23 ms for 112x112x96 at batch 256, nabla_bench_depthwise), where the bytes moved are
-// the forward's. A kernel of nabla's takes that case. With stride 2 and padding k / 2, the input
+// at every shape but one kind: the data gradient of the stride-2 ones took about 4x its
+// forward's time (112x112x96 at batch 256, nabla_bench_depthwise), where the bytes moved are the
+// forward's. A kernel of nabla's takes that case. With stride 2 and padding k / 2, the input
 // pixel (2a + r, 2b + q) receives from the output pixels a + (r + p - i) / 2 for the taps i of
 // its parity only, so a thread owns a 2x2 block of input pixels for a vector of channels: it
 // loads the 2x2 (3x3 for 5x5 kernels) output-gradient patch they share once, and every index and
@@ -12,7 +12,7 @@
 // cache lines. The weights of a block's channels sit in shared memory as (tap, channel).
 //
 // nabla_bench_depthwise times it against cuDNN and PyTorch on every depthwise shape of
-// MobileNetV2 and EfficientNet-B0; set_depthwise_kernels(false) turns it off.
+// MobileNetV2 and EfficientNet-B0.
 #include <algorithm>
 
 #include "common.cuh"

@@ -15,7 +15,7 @@
 // pointer alignments) in a process-wide map; each call only rebuilds the cheap descriptors.
 //
 // Precision: float32 uses CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when the caller
-// allows TF32 (nabla::set_allow_tf32, off by default as in PyTorch); float16/bfloat16 use
+// allows TF32 (Routes::matmul_tf32, off by default as in PyTorch); float16/bfloat16 use
 // CUBLAS_COMPUTE_32F with reductions never kept in the 16-bit output type; float64 uses
 // CUBLAS_COMPUTE_64F.
 #include <cublasLt.h>

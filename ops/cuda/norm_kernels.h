@@ -2,11 +2,10 @@
 // without nvcc. Same tensor contracts as ops/cpu/norm_kernels.h. Everything runs on the current
 // stream of x's device and never synchronizes.
 //
-// A training-mode batch norm forward runs on cuDNN for channels_last float64 input (and
-// float16/bfloat16 with set_cudnn_batch_norm_training on) where cuDNN supports the call, and on
-// nabla's own kernels otherwise (Note [cuDNN batch norm] in batch_norm_cudnn.cpp). It reports which, and its
-// backward must be given that report back, because cuDNN's backward needs the matching mode and the reserve
-// space the forward filled.
+// A training-mode batch norm forward runs on cuDNN for channels_last float64 input where cuDNN
+// supports the call, and on nabla's own kernels otherwise (Note [cuDNN batch norm] in
+// batch_norm_cudnn.cpp). It reports which, and its backward must be given that report back,
+// because cuDNN's backward needs the reserve space the forward filled.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +24,7 @@ enum class BatchNormImpl : uint8_t {
   // nabla's forward kernel ran relu(bn(x)) (no residual): the backward recomputes the ReLU's
   // mask from x (Note [The ReLU's mask from x] in batch_norm.cu) instead of reading y.
   KernelReluFromX,
-  CudnnEx,  // the Ex API (channels_last): SPATIAL_PERSISTENT, or SPATIAL for float64
+  CudnnEx,  // cuDNN's Ex API in SPATIAL mode (channels_last float64)
 };
 
 inline bool on_kernels(BatchNormImpl impl) {
@@ -34,8 +33,7 @@ inline bool on_kernels(BatchNormImpl impl) {
 
 struct BatchNormForward {
   BatchNormImpl impl = BatchNormImpl::Kernel;
-  Tensor reserve;           // uint8 cuDNN reserve space (CudnnEx only)
-  bool persistent = false;  // CudnnEx mode: SPATIAL_PERSISTENT rather than SPATIAL
+  Tensor reserve;  // uint8 cuDNN reserve space (CudnnEx only)
 };
 
 // Gradients of batch norm. The backward entry points write every defined one; the CUDA
@@ -68,62 +66,20 @@ void batch_norm_backward_kernel(const Tensor& dy, const Tensor& x, const Tensor&
                                 const BatchNormStats& stats, const BatchNormGrads& grads,
                                 const Tensor& relu_y = {}, const ReluMaskFromX& mask_from_x = {});
 
-// The persistent kernels (Note [Persistent batch norm] in batch_norm_persistent.cu): one launch
-// per direction, for channels_last float32/float16/bfloat16 rows of C a multiple of 4, up to
-// 2048. batch_norm_forward_kernel and batch_norm_backward_kernel run them where
-// persistent_batch_norm_takes(x): the switch is on, the layout fits and x has at most 65536
-// rows, beyond which they were no faster. The two calls below run them whenever the layout and
-// pointers fit, and return false, having written nothing, where they do not.
-// The switch is off by default (they are not yet faster; see the Note); on, channels_last
-// training of up to 65536 rows leaves the two-pass kernels (or cuDNN's) for them. It is the
-// switch behind nabla::set_batch_norm_persistent.
-void set_persistent_batch_norm(bool on);
-bool persistent_batch_norm();
-bool persistent_batch_norm_takes(const Tensor& x);
-bool batch_norm_forward_persistent(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                                   double momentum, double eps, const Tensor& z, bool relu);
-bool batch_norm_backward_persistent(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                                    const BatchNormStats& stats, const BatchNormGrads& grads,
-                                    const Tensor& relu_y, const ReluMaskFromX& mask_from_x);
-// Whether channels_last float16/bfloat16 training goes to cuDNN's NHWC kernels (the Ex API)
-// instead of nabla's. Off by default: nabla's kernels are faster there since session 23 (Note
-// [cuDNN batch norm] in batch_norm_cudnn.cpp). The switch behind nabla::set_batch_norm_cudnn.
-void set_cudnn_batch_norm_training(bool on);
-bool cudnn_batch_norm_training();
-// The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined). x, z and y
-// share a layout. Channels_last float64, and float16/bfloat16 with set_cudnn_batch_norm_training
-// on, run as one cuDNN Ex call (weight and bias must be defined there); everything else as
-// nabla's kernels (the statistics, then one elementwise pass; without z, the backward recomputes
-// the ReLU's mask from x).
-// Returns what ran, or nullopt, having written nothing, for a channels_last call cuDNN cannot run
-// (the caller then composes the unfused ops).
-std::optional<BatchNormForward> batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z,
-                                                         const Tensor& y, const BatchNormStats& stats,
-                                                         double momentum, double eps);
-// The cuDNN Ex call of batch_norm_fused_forward for any channels_last x and z (benchmarks compare
-// it with the kernels). nullopt, having written nothing, where cuDNN cannot run it.
-std::optional<BatchNormForward> batch_norm_fused_forward_cudnn(const BatchNormInputs& in, const Tensor& z,
-                                                               const Tensor& y, const BatchNormStats& stats,
-                                                               double momentum, double eps);
+// The fused training forward y = relu(bn(x) + z) (or relu(bn(x)) when z is undefined) on nabla's
+// kernels: the statistics, then one elementwise pass. x, z and y share a layout, contiguous or
+// channels_last float32/float16/bfloat16. Without z, the backward recomputes the ReLU's mask from
+// x. Returns what ran, for the backward.
+BatchNormForward batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
+                                          const BatchNormStats& stats, double momentum, double eps);
 
 // What the fused forward leaves for its backward.
 struct FusedBatchNormSaved {
-  Tensor x, y, weight, bias, reserve;
+  Tensor x, y, weight, bias;
   BatchNormStats stats;
   bool add = false;  // relu(bn(x) + z) rather than relu(bn(x))
-  BatchNormImpl impl = BatchNormImpl::CudnnEx;
+  BatchNormImpl impl = BatchNormImpl::Kernel;
 };
-// The backward route of a 16-bit channels_last training batch norm whose forward ran outside
-// cuDNN (from a convolution's sums: batch_norm_stats_from_sums and batch_norm_apply):
-//  - relu(bn(x) [+ z]): nabla's kernels, whose sums pass masks dy by the ReLU and writes the
-//    masked gradient (z's) as it reads it, and whose dx pass reads that: the mask costs no pass
-//    of its own. cuDNN's fused backward cannot run from a reserve no forward wrote (a zeroed
-//    one gave wrong gradients on an H200), and masking first for its plain backward took a
-//    pass more: ResNet-50's fp16 step went from 32.46 to 31.79 ms (docs/performance.md,
-//    session 17);
-//  - bn(x): nabla's kernels; with set_cudnn_batch_norm_training on, cuDNN's plain NHWC
-//    backward (OPS_BN, with the reserve space it asks for, zeroed) where cuDNN takes x.
-BatchNormForward batch_norm_backward_route(const Tensor& x, bool relu);
 // Writes dx, dweight, dbias and (when saved.add) dresidual, all defined.
 void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& saved, double eps,
                                const BatchNormGrads& grads);

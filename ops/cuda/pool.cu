@@ -11,15 +11,15 @@
 // its window arithmetic; where every operand's groups are aligned (packable), a group moves as
 // packed vectors: one 16-byte load or store for 8 fp16 values, 8 bytes for 8 uint8 indices.
 //
-// Why, on an H200 (ResNet-50 training, batch 256, fp16 NHWC): the stem max pool of
-// (256, 64, 112, 112) took 730 us forward and 1255 us backward, for about 0.2 ms of ideal memory
-// time each, mostly moving int64 indices (411 MB written, then read up to 4 times). Its autograd
-// path now saves uint8 window offsets, 51 MB (Note [Compact max-pool indices] in
-// pool_window.h), and the backward skips the gradient loads of windows whose max is elsewhere
-// for all 8 channels. The global average pool's backward on (256, 2048, 7, 7) took 449 us for a
-// 51 MB write: each element ran a dozen integer divisions for its covering windows and divisor.
-// Global pooling's backward now broadcasts grad / (H * W) (global_avg_backward_kernel), with the
-// same float arithmetic as the general kernel.
+// Why (ResNet-50 training, batch 256, fp16 NHWC): the stem max pool of (256, 64, 112, 112) took
+// several times its ideal memory time forward and backward, mostly moving int64 indices (411 MB
+// written, then read up to 4 times). So its autograd path saves uint8 window offsets, 51 MB
+// (Note [Compact max-pool indices] in pool_window.h), and the backward skips the gradient loads
+// of windows whose max is elsewhere for all 8 channels. The global average pool's backward on
+// (256, 2048, 7, 7) took many times what its 51 MB write needs: each element ran a dozen integer
+// divisions for its covering windows and divisor. So global pooling's backward broadcasts
+// grad / (H * W) (global_avg_backward_kernel), with the same float arithmetic as the general
+// kernel.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -184,9 +184,9 @@ __device__ __forceinline__ int64_t offset_in_plane(const Strides4& s, I y, I x) 
 }
 
 // I is int unless a size is too large for int (PoolGeometryT, narrow_geometry): 64-bit division,
-// which the GPU emulates in dozens of instructions, had made these kernels compute-bound (ResNet-50's
-// stem max pool at batch 256, fp16 NHWC: 1.3 ms forward and 3.7 ms backward, for about 0.3 ms of
-// memory traffic each). MaxIndex: uint8_t window offsets or int64_t plane positions.
+// which the GPU emulates in dozens of instructions, makes these kernels compute-bound (ResNet-50's
+// stem max pool at batch 256, fp16 NHWC, took about 4x the time of its memory traffic forward and
+// 12x backward). MaxIndex: uint8_t window offsets or int64_t plane positions.
 template <typename T, typename MaxIndex, typename Index, typename I, bool kPacked>
 __global__ void __launch_bounds__(kBlockSize)
     max_forward_kernel(const T* __restrict__ x, T* __restrict__ out, MaxIndex* __restrict__ indices,
@@ -506,9 +506,10 @@ void avg_pool2d(const Tensor& x, const PoolGeometry& g, const Tensor& out) {
         strides_of(out), geo);
   };
   if (is_global_pool(g)) {
-    // A thread per output, as before (41 us for ResNet-50's 51 MB at batch 256): channel groups
-    // would leave N * C / 8 threads (65K there) each reading a whole plane in a row, which may
-    // be too few to keep enough loads in flight (not measured).
+    // A thread per output, without channel groups (ResNet-50's 51 MB at batch 256 is already a
+    // small share of its step): channel groups would leave N * C / 8 threads (65K there) each
+    // reading a whole plane in a row, which may be too few to keep enough loads in flight (not
+    // measured).
     launch_over(out, x.dtype(), g, "avg_pool2d", launch);
   } else {
     launch_over(out, x.dtype(), g, "avg_pool2d", launch, {&x, &out});

@@ -1,10 +1,10 @@
 // Note [Strided convolutions of few channels as space-to-depth]
 //
 // cuDNN has no fast kernel for a stride-2 convolution of an image's few channels (ResNet's 7x7
-// stem) in bfloat16: 1.96 ms forward and 1.26 ms weight gradient at batch 256 channels_last,
-// against 0.59 and 0.59 ms in float16, on both of nabla's routes and PyTorch's. Padding the
-// channels to 8 did not help, and an explicit im2col GEMM was slower still, because its
-// patch matrix is 7x the image (docs/performance.md, session 20).
+// stem) in bfloat16: at batch 256 channels_last its forward took over 3x the float16 time and its
+// weight gradient about 2x, on both of nabla's routes and PyTorch's. Padding the channels to 8
+// did not help, and an explicit im2col GEMM was slower still, because its patch matrix is 7x the
+// image (docs/performance-archive.md).
 //
 // A stride-2 convolution is a stride-1 one over the input folded by 2x2 space-to-depth. With
 // xp the zero-padded input and k = 2a + b (b in {0, 1}):
@@ -19,11 +19,11 @@
 // The weight gradient is the folded convolution's, gathered back into w's shape (each w
 // element is exactly one w' element).
 //
-// bfloat16 only. At batch 256 the folded stem took 0.835 ms forward and 0.851 ms weight
-// gradient in bfloat16 (1.96 and 1.26 unfolded), and the graphed bfloat16 ResNet-50 step went
-// from 35.65 to 34.45 ms. In float16 cuDNN's own kernel for 3 channels is faster (0.59 and
-// 0.59 ms against 0.82 and 0.85 folded; the step went from 30.97 to 31.46 ms), so float16
-// convolutions stay as they are (docs/performance.md, session 21).
+// bfloat16 only. At batch 256 in bfloat16 the folded stem takes less than half the unfolded
+// forward's time and about two thirds of its weight gradient's, and the graphed bfloat16
+// ResNet-50 step is shorter for it. In float16 cuDNN's own kernel for 3 channels is faster (the
+// folded one took about 1.4x its time, and the step grew), so float16 convolutions stay as they
+// are (docs/performance-archive.md).
 //
 // The kernels only move elements, so they copy bits: 16-bit elements as uint16_t.
 #include <algorithm>
@@ -129,11 +129,10 @@ void with_bits(const Tensor& t, F&& f) {
 }  // namespace
 
 bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p,
-                          const CudnnSettings& settings) {
-  return settings.space_to_depth && x.dtype() == kBFloat16 && x.dim() == 4 && x.size(1) <= 4 &&
-         p.groups == 1 && p.stride[0] == 2 && p.stride[1] == 2 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
-         w.size(2) >= 2 && w.size(3) >= 2 && x.is_contiguous(MemoryFormat::ChannelsLast) &&
-         !y.is_contiguous() && y.numel() > 0;
+                          const Routes& routes) {
+  return x.dtype() == kBFloat16 && x.dim() == 4 && x.size(1) <= 4 && p.groups == 1 && p.stride[0] == 2 &&
+         p.stride[1] == 2 && p.dilation[0] == 1 && p.dilation[1] == 1 && w.size(2) >= 2 && w.size(3) >= 2 &&
+         x.is_contiguous(MemoryFormat::ChannelsLast) && !y.is_contiguous() && y.numel() > 0;
 }
 
 Tensor space_to_depth_input(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {

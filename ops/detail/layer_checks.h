@@ -1,4 +1,4 @@
-// Internal (ops/*.cpp). The argument checks and settings that conv2d and batch_norm share with
+// Internal (ops/*.cpp). The argument checks and autograd records that conv2d and batch_norm share with
 // the ops built from them (ops/conv_bn.cpp), so each is written once.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "nabla/ops/cuda/norm_kernels.h"
 #include "nabla/ops/norm.h"
+#include "nabla/ops/routes.h"
 
 namespace nabla::ops {
 
@@ -15,10 +16,9 @@ namespace nabla::ops {
 Shape check_conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2dOptions& o);
 ConvParams conv_params(const Conv2dOptions& o);
 // Records conv2d's backward for y = conv2d(x, weight, bias) when any of them needs a gradient.
+// Its backward runs on `routes`, the forward's snapshot.
 void record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
-                   const ConvParams& p);
-// The process-wide cuDNN switches, read once per call (ops/conv.cpp owns them).
-cuda::CudnnSettings cudnn_settings();
+                   const ConvParams& p, const Routes& routes);
 
 // Validates batch_norm's arguments for `op` (ops/norm.cpp).
 void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,

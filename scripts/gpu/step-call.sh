@@ -10,13 +10,9 @@
 # the folded inference) beside PyTorch eager and torch.compile; torch_bf16 = the train step in
 # bfloat16 beside them; convs = every ResNet-50 convolution in float16 and bfloat16, nabla's
 # routes (bench/nabla_bench_conv, in the bundle) and PyTorch's (bench/torch_conv_shapes.py);
-# routes = the graphed step in float16 and bfloat16 with and without --legacy-convs (ROUTE_AMPS,
-# default "bf16 fp16"; LEGACY=0 leaves the legacy runs out); s2d = the graphed step in ROUTE_AMPS
-# with and without --no-space-to-depth; stem = nabla_bench_conv's stem rows; bn = every
-# ResNet-50 batch norm on the two-pass, persistent and cuDNN routes
-# (bench/nabla_bench_batch_norm); pbn = the graphed step in ROUTE_AMPS with and without
-# --persistent-bn (float32 at batch 128 when ROUTE_AMPS has "off"). AMP (fp16)
-# sets train's and trace's precision. Logs under $OUT; a short summary last.
+# stem = nabla_bench_conv's stem rows; bn = every ResNet-50 batch norm on nabla's kernels
+# (bench/nabla_bench_batch_norm). AMP (fp16) sets train's and trace's precision. Logs under $OUT;
+# a short summary last.
 set -uo pipefail
 parts=${PARTS:-first,suite,train,trace}
 first=${FIRST:-CudaConvBatchNorm.*:CudaParityPool.*:CudaParityConv.*}
@@ -37,33 +33,10 @@ if has convs; then
     timeout 150 python3 bench/torch_conv_shapes.py 256 20 $d > "$out/convs_torch_$d.log" 2>&1
   done
 fi
-if has routes; then
-  for a in ${ROUTE_AMPS:-bf16 fp16}; do
-    for legacy in "" $([ "${LEGACY:-1}" = 0 ] || echo --legacy-convs); do
-      AMP=$a rn50 90 --steps 30 --cuda-graph $legacy > "$out/rn50_route_$a${legacy:+_legacy}.log" 2>&1
-    done
-  done
-fi
-if has s2d; then
-  for a in ${ROUTE_AMPS:-bf16 fp16}; do
-    for flag in "" --no-space-to-depth; do
-      AMP=$a rn50 90 --steps 30 --cuda-graph $flag > "$out/rn50_s2d_$a${flag:+_off}.log" 2>&1
-    done
-  done
-fi
 if has stem; then
   for d in fp16 bf16; do timeout 150 "$x/bench/nabla_bench_conv" 256 20 $d > "$out/stem_$d.log" 2>&1; done
 fi
 if has bn; then timeout 200 "$x/bench/nabla_bench_batch_norm" channels-last 20 > "$out/bn.log" 2>&1; fi
-if has pbn; then
-  for a in ${ROUTE_AMPS:-bf16 fp16}; do
-    batch=256; [ "$a" = off ] && batch=128
-    for flag in "" --persistent-bn; do
-      timeout 90 "$bench" train --arch resnet50 --batch-size $batch --channels-last --amp $a --steps 30 \
-        --cuda-graph $flag > "$out/rn50_pbn_$a${flag:+_on}.log" 2>&1
-    done
-  done
-fi
 if has trace; then
   NABLA_CUPTI_TRACE="$out/graph-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     rn50 90 --warmup 8 --steps 6 --cuda-graph > "$out/trace.log" 2>&1

@@ -166,18 +166,14 @@ Curve train_resnet18(const nb::nn::StateDict& init, bool autocast_on, nb::DType 
 
 // cuDNN's deterministic algorithms, chosen by heuristics: 40 steps of SGD amplify any run-to-run
 // difference, so without this the fp16-fp32 gap moved between calls on the same build.
+nb::Routes deterministic_routes() {
+  nb::Routes r = nb::routes();
+  r.cudnn_deterministic = true;
+  r.cudnn_benchmark = false;
+  return r;
+}
 struct DeterministicConvolutions {
-  bool deterministic = nb::cudnn_deterministic(), benchmark = nb::cudnn_benchmark();
-  DeterministicConvolutions() {
-    nb::set_cudnn_deterministic(true);
-    nb::set_cudnn_benchmark(false);
-  }
-  ~DeterministicConvolutions() {
-    nb::set_cudnn_deterministic(deterministic);
-    nb::set_cudnn_benchmark(benchmark);
-  }
-  DeterministicConvolutions(const DeterministicConvolutions&) = delete;
-  DeterministicConvolutions& operator=(const DeterministicConvolutions&) = delete;
+  nb::RoutesGuard guard{deterministic_routes()};
 };
 
 void expect_follows_fp32(nb::DType dtype) {
@@ -203,11 +199,10 @@ void expect_follows_fp32(nb::DType dtype) {
   // set this test's allowance from measurements rather than a guess.
   double tf32_gap = 0;
   {
-    nb::set_allow_tf32(true);
-    nb::set_cudnn_allow_tf32(true);
+    nb::Routes with_tf32 = nb::routes();
+    with_tf32.conv_tf32 = with_tf32.matmul_tf32 = true;
+    const nb::RoutesGuard guard(with_tf32);
     const Curve tf32 = train_resnet18(weights, false, nb::kFloat32, kScale);
-    nb::set_allow_tf32(false);
-    nb::set_cudnn_allow_tf32(false);
     for (size_t i = 0; i < fp32.losses.size(); ++i) tf32_gap += std::abs(tf32.losses[i] - fp32.losses[i]);
   }
   ASSERT_EQ(fp32.losses.size(), amp.losses.size());

@@ -1,6 +1,6 @@
-// Helpers of the CUDA batch-norm tests (parity_norm_test.cpp, persistent_batch_norm_test.cpp):
-// one batch-norm call through the public ops on either device, with its backward, and the
-// tolerances its results meet against the CPU.
+// Helpers of the CUDA batch-norm tests (parity_norm_test.cpp): one batch-norm call through the
+// public ops on either device, with its backward, and the tolerances its results meet against the
+// CPU.
 #pragma once
 
 #include <string>
@@ -9,15 +9,6 @@
 #include "parity_util.h"
 
 namespace nabla::testing {
-
-// Sets the persistent batch-norm kernels' switch for a scope (Note [Persistent batch norm]).
-using PersistentBatchNorm =
-    ScopedSwitch<ops::cuda::persistent_batch_norm, ops::cuda::set_persistent_batch_norm>;
-
-// Sets the switch that sends channels_last 16-bit training to cuDNN's NHWC kernels for a scope
-// (Note [cuDNN batch norm]).
-using CudnnBatchNorm =
-    ScopedSwitch<ops::cuda::cudnn_batch_norm_training, ops::cuda::set_cudnn_batch_norm_training>;
 
 // Batch statistics are float sums on CUDA and double sums on the CPU; 16-bit outputs may differ
 // by an ulp of rounding; parameter gradients are float32 sums of 16-bit products.
@@ -87,7 +78,7 @@ inline void expect_runs_match(const BnRun& gpu, const BnRun& cpu, DType dtype, c
 }
 
 // relu(bn(x) [+ z]) composed on the CPU in float64 from the same 16-bit inputs, and its
-// gradients: the reference that the fused cuDNN kernel, which rounds once, should meet. (The
+// gradients: the reference that nabla's fused kernels, which round once, should meet. (The
 // composed 16-bit ops round bn(x) before the add, which moves the ReLU's mask wherever
 // bn(x) + z is within an ulp of zero.)
 inline BnRun composed_reference(const Tensor& x, const Tensor& z, const Tensor& w, const Tensor& b,

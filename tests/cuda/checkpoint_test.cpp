@@ -107,10 +107,11 @@ TEST(CudaCheckpoint, ChannelsLastHalfPrecisionWithASegmentPerLayer) {
     for (auto& p : model->parameters()) g.push_back(p.grad().clone());
     return g;
   };
-  nb::set_cudnn_benchmark(false);  // the same algorithms in both runs
+  nb::Routes heuristics = nb::routes();
+  heuristics.cudnn_benchmark = false;  // the same algorithms in both runs
+  const nb::RoutesGuard guard(heuristics);
   auto plain = grads(0);
   auto ckpt = grads(16);
-  nb::set_cudnn_benchmark(true);
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_EQ(ckpt[i].dtype(), nb::kFloat32);
     EXPECT_LT(relative_error(ckpt[i], plain[i]), 1e-5) << "parameter " << i;

@@ -15,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "nabla/ops/cuda/norm_kernels.h"
 #include "test_util.h"
 
 namespace nabla::testing {
@@ -29,28 +28,18 @@ double relative_error(const Tensor& actual, const Tensor& expected) {
   return diff / std::max(std::sqrt((b * b).sum().item<double>()), 1e-30);
 }
 
-// Restores the fusion switch, the batch norms' cuDNN switch, cuDNN's benchmark mode and TF32
-// after a test.
-struct FusionGuard {
-  bool fusion = conv_batch_norm_fusion(), bn_cudnn = batch_norm_cudnn(), benchmark = cudnn_benchmark(),
-       tf32 = cudnn_allow_tf32(), matmul_tf32 = allow_tf32();
-  ~FusionGuard() {
-    set_conv_batch_norm_fusion(fusion);
-    set_batch_norm_cudnn(bn_cudnn);
-    set_cudnn_benchmark(benchmark);
-    set_cudnn_allow_tf32(tf32);
-    set_allow_tf32(matmul_tf32);
-  }
-};
-
 // The three ways a test runs the same computation: float32 without TF32 (the reference), and
 // float16 channels_last composed or fused.
 enum class Path { Float32, Composed, Fused };
 
-void select(Path path) {
-  set_conv_batch_norm_fusion(path == Path::Fused);
-  set_cudnn_allow_tf32(path != Path::Float32);
-  set_allow_tf32(path != Path::Float32);
+// The routes in force with those of a path: the fusion on for Fused only, TF32 off for Float32.
+// A path's forward and backward both run under a guard of these.
+Routes routes_of(Path path) {
+  Routes r = routes();
+  r.conv_batch_norm_fusion = path == Path::Fused;
+  r.conv_tf32 = path != Path::Float32;
+  r.matmul_tf32 = path != Path::Float32;
+  return r;
 }
 
 // Checks that the fused path is no further from float32 than the composed float16 path is (up to
@@ -80,7 +69,7 @@ struct BlockResult {
 
 // z = conv(relu(bn(conv(x, w1))), w2) through the public ops, from float16-rounded inputs.
 BlockResult run_block(const Case& c, uint64_t seed, Path path) {
-  select(path);
+  const RoutesGuard guard(routes_of(path));
   const Device gpu = Device::cuda();
   const DType dtype = path == Path::Float32 ? kFloat32 : kFloat16;
   const auto input = [&](const Shape& shape, uint64_t k, double scale) {
@@ -117,7 +106,6 @@ BlockResult run_block(const Case& c, uint64_t seed, Path path) {
 
 TEST(CudaConvBatchNorm, BlockIsAsCloseToFloat32AsTheComposedOps) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  FusionGuard guard;
   const Case cases[] = {
       {64, 64, 64, 3, 1, 14}, {64, 64, 64, 3, 2, 14}, {128, 64, 256, 1, 1, 14}, {64, 128, 128, 3, 1, 7}};
   const uint64_t seed = test_seed();
@@ -129,7 +117,7 @@ TEST(CudaConvBatchNorm, BlockIsAsCloseToFloat32AsTheComposedOps) {
     const BlockResult ref = run_block(c, case_seed, Path::Float32);
     const BlockResult plain = run_block(c, case_seed, Path::Composed);
     const BlockResult got = run_block(c, case_seed, Path::Fused);
-    EXPECT_FALSE(plain.sums_in) << what << ": the switch did not turn the fusion off";
+    EXPECT_FALSE(plain.sums_in) << what << ": conv_batch_norm_fusion = false did not turn the fusion off";
     ASSERT_TRUE(got.sums_in) << what << ": no fused engine for conv + sums";
     EXPECT_TRUE(got.sums_out) << what << ": no fused engine for the prologue convolution";
     if (got.sums_out) {
@@ -151,16 +139,14 @@ TEST(CudaConvBatchNorm, BlockIsAsCloseToFloat32AsTheComposedOps) {
 
 // z = act(bn(conv(x, w)) [+ r]) through conv2d_sums and batch_norm_from_sums, for the three
 // variants (plain, ReLU, residual + ReLU), at the shapes of ResNet-50's block ends: the forward
-// runs from the convolution's sums and the backward on nabla's kernels, or, for the plain
-// variant with set_batch_norm_cudnn on, on cuDNN's NHWC kernels with a zeroed reserve
-// (batch_norm_backward_route), so this is where a reserve that mattered would show.
+// runs from the convolution's sums and the backward on nabla's kernels.
 struct EndCase {
   int64_t n, in, out, side;
   bool relu, residual;
 };
 
 std::vector<Tensor> run_block_end(const EndCase& c, uint64_t seed, Path path, bool* had_sums) {
-  select(path);
+  const RoutesGuard guard(routes_of(path));
   const Device gpu = Device::cuda();
   const DType dtype = path == Path::Float32 ? kFloat32 : kFloat16;
   const auto input = [&](const Shape& shape, uint64_t k, double scale) {
@@ -185,7 +171,6 @@ std::vector<Tensor> run_block_end(const EndCase& c, uint64_t seed, Path path, bo
 
 TEST(CudaConvBatchNorm, BatchNormFromSumsIsAsCloseToFloat32AsComposed) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  FusionGuard guard;
   const EndCase cases[] = {{256, 64, 256, 56, true, true},  {64, 256, 1024, 14, true, true},
                            {32, 512, 2048, 7, true, true},  {128, 64, 256, 56, false, false},
                            {32, 128, 512, 28, true, false}, {8, 64, 64, 9, true, true}};
@@ -199,26 +184,11 @@ TEST(CudaConvBatchNorm, BatchNormFromSumsIsAsCloseToFloat32AsComposed) {
     bool sums = false;
     const std::vector<Tensor> ref = run_block_end(c, case_seed, Path::Float32, &sums);
     const std::vector<Tensor> plain = run_block_end(c, case_seed, Path::Composed, &sums);
-    EXPECT_FALSE(sums) << what << ": the switch did not turn the fusion off";
+    EXPECT_FALSE(sums) << what << ": conv_batch_norm_fusion = false did not turn the fusion off";
     const std::vector<Tensor> got = run_block_end(c, case_seed, Path::Fused, &sums);
     ASSERT_TRUE(sums) << what << ": no fused engine for conv + sums";
     for (size_t i = 0; i < ref.size(); ++i)
       expect_as_close(got[i], plain[i], ref[i], what + " " + names[i], 2e-3);
-    if (c.relu || c.residual) continue;
-    // The plain backward again on cuDNN's route, which runs from a zeroed reserve space
-    // (batch_norm_backward_route in ops/cuda/norm_kernels.h), and which route each setting takes.
-    const Tensor y16 = empty({c.n, c.out, c.side, c.side}, {.dtype = kFloat16, .device = Device::cuda()})
-                           .contiguous(MemoryFormat::ChannelsLast);
-    EXPECT_EQ(ops::cuda::batch_norm_backward_route(y16, false).impl, ops::cuda::BatchNormImpl::Kernel)
-        << what;
-    set_batch_norm_cudnn(true);  // FusionGuard restores it
-    EXPECT_EQ(ops::cuda::batch_norm_backward_route(y16, false).impl, ops::cuda::BatchNormImpl::CudnnEx)
-        << what;
-    const std::vector<Tensor> on_cudnn = run_block_end(c, case_seed, Path::Fused, &sums);
-    set_batch_norm_cudnn(false);
-    EXPECT_TRUE(sums) << what << ": no fused engine for conv + sums on the cuDNN route";
-    for (size_t i = 0; i < ref.size(); ++i)
-      expect_as_close(on_cudnn[i], plain[i], ref[i], what + " cudnn-bn " + names[i], 2e-3);
   }
 }
 
@@ -226,8 +196,9 @@ TEST(CudaConvBatchNorm, BatchNormFromSumsIsAsCloseToFloat32AsComposed) {
 // normalized with stale statistics.
 TEST(CudaConvBatchNorm, StaleSumsAreNotUsed) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  FusionGuard guard;
-  set_conv_batch_norm_fusion(true);
+  Routes fused = routes();
+  fused.conv_batch_norm_fusion = true;
+  const RoutesGuard guard(fused);
   NoGradGuard no_grad;
   const Device gpu = Device::cuda();
   const auto cl = [](Tensor t) { return t.contiguous(MemoryFormat::ChannelsLast); };
@@ -253,8 +224,6 @@ TEST(CudaConvBatchNorm, StaleSumsAreNotUsed) {
 // float16 autocast composed and fused. The fused step must be as close to float32 as the
 // composed one, parameter by parameter; the largest distances are printed.
 void compare_model_step(const std::function<std::shared_ptr<nn::Module>()>& make, const char* name) {
-  FusionGuard guard;
-  set_cudnn_benchmark(false);
   const Device gpu = Device::cuda();
   manual_seed(test_seed());
   std::shared_ptr<nn::Module> models[3] = {make(), make(), make()};
@@ -270,7 +239,9 @@ void compare_model_step(const std::function<std::shared_ptr<nn::Module>()>& make
   const Path paths[3] = {Path::Float32, Path::Composed, Path::Fused};
   Tensor losses[3];
   for (int i = 0; i < 3; ++i) {
-    select(paths[i]);
+    Routes r = routes_of(paths[i]);
+    r.cudnn_benchmark = false;
+    const RoutesGuard guard(r);
     amp::Autocast autocast(Device::cuda(), kFloat16, paths[i] != Path::Float32);
     losses[i] = cross_entropy(models[i]->forward(x).to(kFloat32), target);
     losses[i].backward();

@@ -17,8 +17,9 @@ struct Case {
 
 TEST(CudaConvRelu, FusedCallMatchesTheComposition) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  const bool tf32 = cudnn_allow_tf32();
-  set_cudnn_allow_tf32(false);
+  Routes no_tf32 = routes();
+  no_tf32.conv_tf32 = false;
+  const RoutesGuard guard(no_tf32);
   NoGradGuard no_grad;
   const uint64_t seed = test_seed();
   const Case cases[] = {
@@ -67,7 +68,6 @@ TEST(CudaConvRelu, FusedCallMatchesTheComposition) {
       }
     }
   }
-  set_cudnn_allow_tf32(tf32);
 }
 
 TEST(CudaConvRelu, FoldedResNet50MatchesTheUnfoldedOneInFloat16) {

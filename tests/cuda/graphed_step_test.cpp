@@ -17,20 +17,16 @@
 namespace nabla::testing {
 namespace {
 
-// Deterministic convolutions without the benchmark search, restored after the test.
-class Deterministic {
- public:
-  Deterministic() : deterministic_(cudnn_deterministic()), benchmark_(cudnn_benchmark()) {
-    set_cudnn_deterministic(true);
-    set_cudnn_benchmark(false);
-  }
-  ~Deterministic() {
-    set_cudnn_deterministic(deterministic_);
-    set_cudnn_benchmark(benchmark_);
-  }
-
- private:
-  bool deterministic_, benchmark_;
+// Deterministic convolutions without the benchmark search (the other routes kept), restored
+// after the test.
+Routes deterministic_routes() {
+  Routes r = routes();
+  r.cudnn_deterministic = true;
+  r.cudnn_benchmark = false;
+  return r;
+}
+struct Deterministic {
+  RoutesGuard guard{deterministic_routes()};
 };
 
 struct Batch {

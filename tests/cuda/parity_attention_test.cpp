@@ -86,7 +86,8 @@ std::string cudnn_refusal(const Tensor& q, const Tensor& k, const Tensor& v, con
   if (!ops::cuda::cudnn_attention_forward(q, k, v, causal, 0.125, out, lse, &why)) return "forward: " + why;
   const Tensor dq = empty_like_q(), dk = Tensor::empty(k.sizes(), k.options()),
                dv = Tensor::empty(v.sizes(), v.options());
-  if (!ops::cuda::cudnn_attention_backward(dout, q, k, v, out, lse, causal, 0.125, dq, dk, dv, &why)) {
+  if (!ops::cuda::cudnn_attention_backward(dout, q, k, v, out, lse, causal, 0.125, /*deterministic=*/false,
+                                           dq, dk, dv, &why)) {
     return "backward: " + why;
   }
   return "";

@@ -6,9 +6,9 @@
 //  - benchmark mode against heuristics, deterministic mode run twice, mixed layouts;
 //  - every convolution of ResNet-50 (torchvision v1.5) at batch 32, forward and backward, in
 //    float32 NCHW (TF32 off) and float16 and bfloat16 channels_last (benchmark mode, on the
-//    graph API and on the legacy calls), against cuDNN in
-//    float64 on the whole batch; the float64 results are in turn checked against the CPU
-//    backend on the first image (forward and grad_input; grad_weight sums the whole batch).
+//    graph API and, deterministic, on the legacy calls), against cuDNN in float64 on the whole
+//    batch; the float64 results are in turn checked against the CPU backend on the first image
+//    (forward and grad_input; grad_weight sums the whole batch).
 // Errors are measured as max |actual - expected| / max |expected| per tensor.
 #include <cmath>
 #include <limits>
@@ -21,28 +21,6 @@ namespace nabla {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
-
-// Sets the cuDNN switches for a scope and restores them after.
-class CudnnSwitches {
- public:
-  CudnnSwitches(bool benchmark, bool allow_tf32, bool deterministic = false)
-      : benchmark_(cudnn_benchmark()), tf32_(cudnn_allow_tf32()), deterministic_(cudnn_deterministic()) {
-    set_cudnn_benchmark(benchmark);
-    set_cudnn_allow_tf32(allow_tf32);
-    set_cudnn_deterministic(deterministic);
-  }
-  ~CudnnSwitches() {
-    set_cudnn_benchmark(benchmark_);
-    set_cudnn_allow_tf32(tf32_);
-    set_cudnn_deterministic(deterministic_);
-  }
-
- private:
-  bool benchmark_, tf32_, deterministic_;
-};
-
-// set_cudnn_graph_api for a scope.
-using GraphApi = ScopedSwitch<cudnn_graph_api, set_cudnn_graph_api>;
 
 // max |actual - expected| <= tol * max |expected|, computed on expected's device.
 ::testing::AssertionResult close_to(const Tensor& actual, const Tensor& expected, double tol) {
@@ -149,7 +127,7 @@ void check_small_cases(DType dtype, bool channels_last, double tol, uint64_t see
 
 TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) {
   SKIP_WITHOUT_GPU();
-  CudnnSwitches switches(/*benchmark=*/false, /*allow_tf32=*/false);
+  const RoutesGuard routes_guard({.conv_tf32 = false});
   uint64_t seed = test_seed();
   for (DType dtype : kFloatDTypes) {
     for (bool channels_last : {false, true}) {
@@ -158,16 +136,13 @@ TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) 
   }
 }
 
-// set_conv_space_to_depth for a scope.
-using SpaceToDepth = ScopedSwitch<conv_space_to_depth, set_conv_space_to_depth>;
-
 // Note [Strided convolutions of few channels as space-to-depth]: stride-2 channels_last
-// bfloat16 convolutions of 1 to 4 channels run folded (float16 ones unfolded either way).
-// Kernels odd and even, square and not, padding even, odd and uneven, channel counts folded to
-// 8 and to 16; output and every gradient against the CPU in float64, folded and unfolded.
+// bfloat16 convolutions of 1 to 4 channels run folded (float16 ones unfolded). Kernels odd and
+// even, square and not, padding even, odd and uneven, channel counts folded to 8 and to 16;
+// output and every gradient against the CPU in float64, bfloat16 folded and float16 unfolded.
 TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/false);
+  const RoutesGuard routes_guard({.cudnn_benchmark = true, .conv_tf32 = false});
   const std::vector<Case> cases = {
       {"stem 7x7 padding 3", {2, 3, 32, 30}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}},
       {"1 channel, 5x5 padding 2, odd sizes", {2, 1, 15, 13}, {8, 1, 5, 5}, {.stride = 2, .padding = 2}},
@@ -186,24 +161,14 @@ TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
       Tensor g = make_input(out, ++seed, dtype, true);
       const Result ref64 = run_conv(x.to(kFloat64), w.to(kFloat64), b.defined() ? b.to(kFloat64) : b,
                                     g.to(kFloat64), c.options);
-      Result folded, plain;
-      {
-        SpaceToDepth on(true);
-        folded = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
-      }
-      {
-        SpaceToDepth off(false);
-        plain = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
-      }
+      const Result r = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
       const std::string what = context(c.name, dtype, "channels_last");
-      const ops::cuda::CudnnSettings defaults;
-      EXPECT_EQ(ops::cuda::takes_space_to_depth(to_cuda(x), to_cuda(w), folded.y, ops::conv_params(c.options),
-                                                defaults),
-                dtype == kBFloat16)
+      EXPECT_EQ(
+          ops::cuda::takes_space_to_depth(to_cuda(x), to_cuda(w), r.y, ops::conv_params(c.options), routes()),
+          dtype == kBFloat16)
           << what << ": which dtype folds";
-      EXPECT_TRUE(results_close(folded, ref64, tolerance(dtype))) << what << ", folded";
-      EXPECT_TRUE(results_close(plain, ref64, tolerance(dtype))) << what << ", unfolded";
-      EXPECT_EQ(folded.y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what;
+      EXPECT_TRUE(results_close(r, ref64, tolerance(dtype))) << what;
+      EXPECT_EQ(r.y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what;
     }
   }
 }
@@ -212,7 +177,6 @@ TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
 // them (10 rows, a 3x3 kernel of stride 2 reads 9) must not turn the output into NaNs.
 TEST(CudaParityConv, FoldedConvolutionIgnoresRowsTheConvolutionNeverReads) {
   SKIP_WITHOUT_GPU();
-  SpaceToDepth on(true);
   const Conv2dOptions o{.stride = 2};
   uint64_t seed = test_seed();
   Tensor x = make_input({2, 3, 10, 10}, ++seed, kFloat64, true);
@@ -232,7 +196,7 @@ TEST(CudaParityConv, FoldedConvolutionIgnoresRowsTheConvolutionNeverReads) {
 
 TEST(CudaParityConv, Float32WithTf32IsCloseToTheCpu) {
   SKIP_WITHOUT_GPU();
-  CudnnSwitches switches(/*benchmark=*/false, /*allow_tf32=*/true);
+  const RoutesGuard routes_guard({.conv_tf32 = true});
   uint64_t seed = test_seed();
   for (bool channels_last : {false, true}) check_small_cases(kFloat32, channels_last, 1e-2, seed += 100);
 }
@@ -250,11 +214,11 @@ TEST(CudaParityConv, BenchmarkModeMatchesHeuristicsAndCachesOncePerShape) {
       Tensor g = to_cuda(make_input({4, 64, 14, 14}, ++seed, dtype, channels_last));
       Result heuristic, benchmarked, again;
       {
-        CudnnSwitches switches(/*benchmark=*/false, /*allow_tf32=*/false);
+        const RoutesGuard routes_guard({.conv_tf32 = false});
         heuristic = run_conv(x, w, b, g, o);
       }
       {
-        CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/false);
+        const RoutesGuard routes_guard({.cudnn_benchmark = true, .conv_tf32 = false});
         const size_t before = ops::cuda::conv_algorithm_cache_size();
         benchmarked = run_conv(x, w, b, g, o);
         const size_t after_first = ops::cuda::conv_algorithm_cache_size();
@@ -276,7 +240,7 @@ TEST(CudaParityConv, BenchmarkModeMatchesHeuristicsAndCachesOncePerShape) {
 
 TEST(CudaParityConv, DeterministicModeRepeatsBitForBit) {
   SKIP_WITHOUT_GPU();
-  CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/true, /*deterministic=*/true);
+  const RoutesGuard routes_guard({.cudnn_benchmark = true, .cudnn_deterministic = true});
   uint64_t seed = test_seed();
   const Conv2dOptions o{.stride = 2, .padding = 1};
   Tensor x = to_cuda(make_input({8, 16, 28, 28}, ++seed, kFloat16, true));
@@ -400,15 +364,15 @@ TEST(CudaParityConv, EveryResNet50ConvolutionAtBatch32MatchesFloat64) {
     EXPECT_TRUE(close_to(ref.grad_x.narrow(0, 0, 1), cpu.grad_x, 1e-12)) << s.name << " grad_input, CPU";
 
     {
-      CudnnSwitches switches(/*benchmark=*/false, /*allow_tf32=*/false);
+      const RoutesGuard routes_guard({.conv_tf32 = false});
       Result r = run_conv(x16.to(kFloat32), w16.to(kFloat32), {}, g16.to(kFloat32), o);
       EXPECT_TRUE(results_close(r, ref, 1e-4)) << s.name << " float32 NCHW";
     }
-    // 16-bit channels_last on both routes (Note [Convolutions on the graph API]).
+    // 16-bit channels_last on both routes (Note [Convolutions on the graph API]): the graph API by
+    // default, the legacy calls in deterministic mode.
     for (DType dtype : {kFloat16, kBFloat16}) {
       for (bool graph_api : {true, false}) {
-        CudnnSwitches switches(/*benchmark=*/true, /*allow_tf32=*/true);
-        GraphApi route(graph_api);
+        const RoutesGuard routes_guard({.cudnn_benchmark = true, .cudnn_deterministic = !graph_api});
         constexpr auto kCl = MemoryFormat::ChannelsLast;
         const auto in = [&](const Tensor& t) { return t.to(dtype).contiguous(kCl); };
         Result r = run_conv(in(x16), in(w16), {}, in(g16), o);

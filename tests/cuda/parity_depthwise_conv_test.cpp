@@ -5,7 +5,8 @@
 //    inputs, for every vector width the kernel picks (1, 2, 4, 8 channels), a channel count that
 //    ends in a partial tile, odd and even sizes, 3x3 and 5x5, strides 1 and 2, asymmetric padding
 //    and dilation (the cases the kernel leaves to cuDNN);
-//  - the same convolutions with the kernel off, at MobileNetV2's and EfficientNet-B0's shapes;
+//  - MobileNetV2's and EfficientNet-B0's shapes against cuDNN in float64 (a dtype the kernel
+//    never takes);
 //  - two runs bit for bit.
 #include <cmath>
 
@@ -15,9 +16,6 @@ namespace nabla {
 namespace {
 
 using namespace testing;  // NOLINT: test helpers
-
-// Switches nabla's depthwise kernels on or off for a scope.
-using DepthwiseKernels = ScopedSwitch<depthwise_kernels, set_depthwise_kernels>;
 
 struct Grads {
   Tensor y, grad_x, grad_w, grad_b;
@@ -86,9 +84,16 @@ Grads run_cuda(const Inputs& in, const Case& c) {
   return run(to_cuda(in.x), to_cuda(in.w), in.b.defined() ? to_cuda(in.b) : Tensor(), to_cuda(in.g), o);
 }
 
+// The same convolution in float64 on CUDA: cuDNN's, from the same rounded inputs.
+Grads run_cuda_float64(const Inputs& in, const Case& c) {
+  Conv2dOptions o = c.options;
+  o.groups = c.c;
+  const auto f64 = [](const Tensor& t) { return t.defined() ? to_cuda(t.to(kFloat64)) : Tensor(); };
+  return run(f64(in.x), f64(in.w), f64(in.b), f64(in.g), o);
+}
+
 TEST(CudaParityDepthwiseConv, ForwardAndGradientsMatchTheCpuForEveryWidthAndOption) {
   SKIP_WITHOUT_GPU();
-  DepthwiseKernels on(true);
   const Case cases[] = {
       {"3 channels (width 1), stride 2", 2, 3, 9, 3, {.stride = 2, .padding = 1}, true},
       {"6 channels (width 2), 5x5 stride 2, odd size", 2, 6, 11, 5, {.stride = 2, .padding = 2}},
@@ -116,8 +121,9 @@ TEST(CudaParityDepthwiseConv, ForwardAndGradientsMatchTheCpuForEveryWidthAndOpti
   }
 }
 
-TEST(CudaParityDepthwiseConv, MobileNetAndEfficientNetShapesMatchCudnnAndRepeatBitForBit) {
+TEST(CudaParityDepthwiseConv, MobileNetAndEfficientNetShapesMatchFloat64AndRepeatBitForBit) {
   SKIP_WITHOUT_GPU();
+  Fp32Exact exact;  // float32 against float64 with a tight tolerance
   // MobileNetV2's and EfficientNet-B0's depthwise convolutions at batch 8.
   const Case cases[] = {
       {"mbv2 32 112 s1", 8, 32, 112, 3, {.padding = 1}},
@@ -131,19 +137,10 @@ TEST(CudaParityDepthwiseConv, MobileNetAndEfficientNetShapesMatchCudnnAndRepeatB
   for (DType dtype : {kFloat16, kBFloat16, kFloat32}) {
     for (const Case& c : cases) {
       const Inputs in = make_inputs(c, dtype, seed += 10);
-      Grads ours, again, cudnn;
-      {
-        DepthwiseKernels on(true);
-        ours = run_cuda(in, c);
-        again = run_cuda(in, c);
-      }
-      {
-        DepthwiseKernels off(false);
-        cudnn = run_cuda(in, c);
-      }
-      // Where the kernel runs, it and cuDNN sum in float32 in different orders: the 16-bit rounding
-      // of each result is the gap.
-      EXPECT_TRUE(close(ours, cudnn, dtype == kFloat32 ? 1e-5 : tolerance(dtype))) << context(c.name, dtype);
+      const Grads ours = run_cuda(in, c), again = run_cuda(in, c), ref = run_cuda_float64(in, c);
+      // The 16-bit rounding of each result is the gap; float32 sums up to 100352 products per
+      // weight-gradient element.
+      EXPECT_TRUE(close(ours, ref, dtype == kFloat32 ? 1e-4 : tolerance(dtype))) << context(c.name, dtype);
       EXPECT_TRUE(close(again, ours, 0.0)) << context(c.name, dtype) << ": not bit for bit";
     }
   }

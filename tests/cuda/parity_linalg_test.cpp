@@ -23,12 +23,6 @@ Tolerance gemm_tolerance(DType dtype, int64_t k, bool tf32 = false) {
   return {base, base * scale};
 }
 
-// Restores the TF32 switch when a test ends, whatever it asserted.
-struct Tf32Guard {
-  bool saved = allow_tf32();
-  ~Tf32Guard() { set_allow_tf32(saved); }
-};
-
 // The product of the CUDA operands' CPU copies, in float64, rounded to the operands' dtype.
 Tensor reference_matmul(const Tensor& a, const Tensor& b) {
   return matmul(a.cpu().to(kFloat64), b.cpu().to(kFloat64)).to(a.dtype());
@@ -50,8 +44,7 @@ struct Operands {
 
 TEST(CudaParityLinalg, MatmulMatchesTheReferenceForEveryRankLayoutAndDtype) {
   SKIP_WITHOUT_GPU();
-  Tf32Guard guard;
-  set_allow_tf32(false);
+  Fp32Exact exact;
   const std::vector<std::pair<const char*, Operands>> cases = {
       {"mm odd sizes", {{37, 53}, {53, 29}}},
       {"mm a transposed", {{53, 37}, {53, 29}, transposed}},
@@ -97,8 +90,7 @@ TEST(CudaParityLinalg, MatmulMatchesTheReferenceForEveryRankLayoutAndDtype) {
 
 TEST(CudaParityLinalg, MmAndBmmMatchTheCpuBackend) {
   SKIP_WITHOUT_GPU();
-  Tf32Guard guard;
-  set_allow_tf32(false);
+  Fp32Exact exact;
   uint64_t seed = test_seed();
   for (DType dtype : kFloatDTypes) {
     Tensor a = random_input({40, 70}, ++seed, dtype), b = random_input({70, 30}, ++seed, dtype);
@@ -113,8 +105,7 @@ TEST(CudaParityLinalg, MmAndBmmMatchTheCpuBackend) {
 
 TEST(CudaParityLinalg, LinearWithAndWithoutBiasMatchesTheReference) {
   SKIP_WITHOUT_GPU();
-  Tf32Guard guard;
-  set_allow_tf32(false);
+  Fp32Exact exact;
   uint64_t seed = test_seed();
   for (const Shape& x_shape : {Shape{64, 120}, Shape{4, 7, 120}, Shape{120}, Shape{1, 120}}) {
     Tensor x64 = random_input(x_shape, ++seed), w64 = random_input({90, 120}, ++seed),
@@ -151,11 +142,11 @@ TEST(CudaParityLinalg, EmptyInnerDimsGiveZerosOrTheBias) {
   }
 }
 
-TEST(CudaParityLinalg, Tf32IsOffByDefaultAndSwitchable) {
+// The default routes multiply float32 in float32; a guard with matmul_tf32 puts TF32 in force,
+// and cuBLAS then rounds the inputs, which shows in the error against float64.
+TEST(CudaParityLinalg, Tf32IsOffByDefaultAndAGuardTurnsItOn) {
   SKIP_WITHOUT_GPU();
-  Tf32Guard guard;
-  set_allow_tf32(false);
-  EXPECT_FALSE(allow_tf32());
+  EXPECT_FALSE(routes().matmul_tf32);
   uint64_t seed = test_seed();
   // Large K makes TF32's 10-bit inputs show: its error is far above float32's.
   Tensor a = to_cuda(random_input({128, 4096}, ++seed, kFloat32)),
@@ -163,27 +154,29 @@ TEST(CudaParityLinalg, Tf32IsOffByDefaultAndSwitchable) {
   Tensor expected = reference_matmul(a, b);
   Tensor exact = matmul(a, b);
   EXPECT_TRUE(matches_cpu(exact, expected, gemm_tolerance(kFloat32, 4096)));
-  set_allow_tf32(true);
-  EXPECT_TRUE(allow_tf32());
-  Tensor fast = matmul(a, b);
-  EXPECT_TRUE(matches_cpu(fast, expected, gemm_tolerance(kFloat32, 4096, /*tf32=*/true)));
+  Tensor fast;
+  {
+    Routes tf32 = routes();
+    tf32.matmul_tf32 = true;
+    const RoutesGuard guard(tf32);
+    fast = matmul(a, b);
+    EXPECT_TRUE(matches_cpu(fast, expected, gemm_tolerance(kFloat32, 4096, /*tf32=*/true)));
+    // Linear follows the routes too.
+    Tensor w = to_cuda(random_input({64, 4096}, ++seed, kFloat32));
+    EXPECT_TRUE(matches_cpu(linear(a, w), linear(a.cpu().to(kFloat64), w.cpu().to(kFloat64)).to(kFloat32),
+                            gemm_tolerance(kFloat32, 4096, true)));
+  }
   const double exact_error = max(abs(exact - to_cuda(expected))).item<double>();
   const double fast_error = max(abs(fast - to_cuda(expected))).item<double>();
   EXPECT_GT(fast_error, 4 * exact_error)
       << "TF32 on should round the inputs (errors " << fast_error << " vs " << exact_error << ")";
-  // Linear and bmm follow the switch too.
-  Tensor w = to_cuda(random_input({64, 4096}, ++seed, kFloat32));
-  EXPECT_TRUE(matches_cpu(linear(a, w), linear(a.cpu().to(kFloat64), w.cpu().to(kFloat64)).to(kFloat32),
-                          gemm_tolerance(kFloat32, 4096, true)));
-  set_allow_tf32(false);
   EXPECT_TRUE(matches_cpu(matmul(a, b), expected, gemm_tolerance(kFloat32, 4096)))
-      << "switching back restores float32";
+      << "the guard's end restores float32";
 }
 
 TEST(CudaParityLinalg, GradientsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
-  Tf32Guard guard;
-  set_allow_tf32(false);
+  Fp32Exact exact;
   uint64_t seed = test_seed();
   for (DType dtype : {kFloat32, kFloat64}) {
     const Tolerance tol = gemm_tolerance(dtype, 64);

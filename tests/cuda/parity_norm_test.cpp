@@ -1,12 +1,11 @@
 // CUDA batch norm and layer norm against the CPU backend: forward, backward and running-stat
 // updates for every floating dtype, contiguous and channels_last inputs, train and eval, nabla's
 // kernels (the default in training, bfloat16 eval, batches past cuDNN's limits, and called
-// directly at shapes that split a channel over blocks) and the cuDNN paths (channels_last eval,
-// float64 training, and 16-bit training with its switch on), the fused cuDNN BN + add + ReLU
-// kernel against the composed ops, and layer norm on short, warp-sized and block-sized rows (the
-// vector kernels for D a multiple of 16 bytes, the generic ones else).
+// directly at shapes that split a channel over blocks) and the cuDNN paths (channels_last eval and
+// float64 training), nabla's fused BN + add + ReLU kernels against the composed ops, and layer
+// norm on short, warp-sized and block-sized rows (the vector kernels for D a multiple of 16 bytes,
+// the generic ones else).
 #include <cmath>
-#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,46 +36,35 @@ const std::vector<BnCase>& bn_cases() {
   return cases;
 }
 
-// The settings of CudnnBatchNorm's switch a case runs under: off (the default), and on too for
-// channels_last 16-bit, the only calls the switch moves.
-std::vector<bool> cudnn_routes(bool channels_last, DType dtype) {
-  if (channels_last && (dtype == kFloat16 || dtype == kBFloat16)) return {false, true};
-  return {false};
-}
-
 TEST(CudaParityBatchNorm, TrainAndEvalForwardBackwardAndRunningStatsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
-  const PersistentBatchNorm not_persistent(false);
   for (const BnCase& c : bn_cases()) {
     for (DType dtype : kFloatDTypes) {
-      for (bool cudnn : cudnn_routes(c.channels_last, dtype)) {
-        const CudnnBatchNorm route(cudnn);
-        const std::string name = std::string(c.name) + (cudnn ? " cudnn" : "");
-        const DType pd = param_dtype(dtype);
-        const int64_t ch = c.shape[1];
-        Tensor x = random_values(c.shape, ++seed, dtype) * 2.0 + 0.5;
-        if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
-        const Tensor g = random_values(c.shape, ++seed, dtype);
-        const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
-        const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
-        for (bool training : {true, false}) {
-          const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-4};
-          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
-          const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
-          expect_runs_match(gpu, cpu, dtype, context(training ? "train" : "eval", dtype, name.c_str()));
-          if (c.channels_last) {
-            EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << name;
-            EXPECT_TRUE(gpu.dx.is_contiguous(MemoryFormat::ChannelsLast)) << name;
-          }
-          // Affine off and, in training, no running stats.
-          const BnRun gpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
-                                            Device::cuda(), o);
-          const BnRun cpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
-                                            Device::cpu(), o);
-          expect_runs_match(gpu2, cpu2, dtype,
-                            context(training ? "train, no affine" : "eval, no affine", dtype, name.c_str()));
+      const std::string name = c.name;
+      const DType pd = param_dtype(dtype);
+      const int64_t ch = c.shape[1];
+      Tensor x = random_values(c.shape, ++seed, dtype) * 2.0 + 0.5;
+      if (c.channels_last) x = x.contiguous(MemoryFormat::ChannelsLast);
+      const Tensor g = random_values(c.shape, ++seed, dtype);
+      const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
+      const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
+      for (bool training : {true, false}) {
+        const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-4};
+        const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o);
+        const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o);
+        expect_runs_match(gpu, cpu, dtype, context(training ? "train" : "eval", dtype, name.c_str()));
+        if (c.channels_last) {
+          EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << name;
+          EXPECT_TRUE(gpu.dx.is_contiguous(MemoryFormat::ChannelsLast)) << name;
         }
+        // Affine off and, in training, no running stats.
+        const BnRun gpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                          Device::cuda(), o);
+        const BnRun cpu2 = run_batch_norm(x, {}, {}, training ? Tensor() : rm, training ? Tensor() : rv, g,
+                                          Device::cpu(), o);
+        expect_runs_match(gpu2, cpu2, dtype,
+                          context(training ? "train, no affine" : "eval, no affine", dtype, name.c_str()));
       }
     }
   }
@@ -189,69 +177,63 @@ TEST(CudaParityBatchNorm, BFloat16OnNablaKernelsMatchesTheCpuAtResNetShapes) {
   }
 }
 
+// Channels_last training reports the route that ran, which its backward must take: cuDNN's Ex
+// kernels for float64 only; nabla's kernels for float32, float16 and bfloat16, plain and fused
+// (with an add and a ReLU; with a ReLU alone, whose backward recomputes the mask from x).
+TEST(CudaParityBatchNorm, ChannelsLastTrainingRunsOnCudnnForFloat64OnlyAndReportsIt) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  const Shape shape = {8, 32, 7, 7};
+  for (DType dtype : kFloatDTypes) {
+    const DType pd = param_dtype(dtype);
+    const TensorOptions params{.dtype = pd, .device = Device::cuda()};
+    const Tensor x = to_cuda(random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast));
+    const Tensor z = to_cuda(random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast));
+    const Tensor w = to_cuda(random_values({32}, ++seed, pd)), b = to_cuda(random_values({32}, ++seed, pd));
+    const Tensor y = empty_like(x);
+    const ops::cuda::BatchNormStats stats{empty({32}, params), empty({32}, params)};
+    const std::string what = context("channels_last training", dtype);
+    EXPECT_EQ(ops::cuda::batch_norm_forward({x, w, b, {}, {}}, y, stats, 0.1, 1e-5).impl,
+              dtype == kFloat64 ? ops::cuda::BatchNormImpl::CudnnEx : ops::cuda::BatchNormImpl::Kernel)
+        << what;
+    if (dtype == kFloat64) continue;  // the fused ops compose batch_norm, add and relu there
+    EXPECT_EQ(ops::cuda::batch_norm_fused_forward({x, w, b, {}, {}}, z, y, stats, 0.1, 1e-5).impl,
+              ops::cuda::BatchNormImpl::Kernel)
+        << what << " bn_add_relu";
+    EXPECT_EQ(ops::cuda::batch_norm_fused_forward({x, w, b, {}, {}}, {}, y, stats, 0.1, 1e-5).impl,
+              ops::cuda::BatchNormImpl::KernelReluFromX)
+        << what << " bn_relu";
+  }
+}
+
+// nabla's fused channels_last 16-bit kernels round relu(bn(x) [+ z]) once: the composed CPU ops
+// in float64 are the reference, with a gradient the caller holds and with one the op may write
+// over.
 TEST(CudaParityBatchNorm, FusedNhwcHalfBatchNormAddReluMatchesTheComposedCpuResult) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
   const Shape shape = {8, 32, 7, 7};
-  // cuDNN's route (off by default), whatever the persistent kernels' switch says
-  // (persistent_batch_norm_test).
-  const PersistentBatchNorm not_persistent(false);
-  const CudnnBatchNorm cudnn_route(true);
   for (DType dtype : {kFloat16, kBFloat16}) {
     const Tensor x = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
     const Tensor z = random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast);
     const Tensor g = random_values(shape, ++seed, dtype);
     const Tensor w = random_values({32}, ++seed, kFloat32), b = random_values({32}, ++seed, kFloat32);
     const Tensor rm = random_values({32}, ++seed, kFloat32), rv = random_values({32}, ++seed, kFloat32, true);
-    // Whether cuDNN takes the fused call itself (it must for float16; bfloat16 is reported).
-    bool fused = false;
-    {
-      Tensor xd = to_cuda(x), zd = to_cuda(z), y = empty_like(xd);
-      const ops::cuda::BatchNormStats stats{zeros({32}, {.device = Device::cuda()}),
-                                            zeros({32}, {.device = Device::cuda()})};
-      const std::optional<ops::cuda::BatchNormForward> forward =
-          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5);
-      fused = forward.has_value();
-      if (fused) EXPECT_EQ(forward->impl, ops::cuda::BatchNormImpl::CudnnEx);
-      // Off, the switch leaves the call to nabla's kernels.
-      const CudnnBatchNorm kernels_route(false);
-      EXPECT_EQ(
-          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, zd, y, stats, 0.1, 1e-5)
-              ->impl,
-          ops::cuda::BatchNormImpl::Kernel);
-      EXPECT_EQ(
-          ops::cuda::batch_norm_fused_forward({xd, to_cuda(w), to_cuda(b), {}, {}}, {}, y, stats, 0.1, 1e-5)
-              ->impl,
-          ops::cuda::BatchNormImpl::KernelReluFromX);
-      if (dtype == kFloat16) EXPECT_TRUE(fused) << "cuDNN refused the fused float16 NHWC BN + add + ReLU";
-      // The reserve space lives from forward to backward: its size per element is part of the
-      // fused path's memory cost against PyTorch's unfused BN + ReLU.
-      std::cout << "[   INFO   ] fused BN + add + ReLU, " << dtype_name(dtype) << ": "
-                << (fused ? "cuDNN Ex kernel" : "cuDNN refused it; composed ops") << ", reserve "
-                << (fused ? forward->reserve.nbytes() : 0) << " bytes for " << xd.numel() << " elements\n";
-    }
     for (const auto& [add, owned] : {std::pair{true, false}, {true, true}, {false, false}, {false, true}}) {
       const BatchNormOptions o{.momentum = 0.3};
       const BnRun gpu =
           run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, add ? z : Tensor(), add ? 2 : 1, owned);
       const std::string what = context(add ? "bn_add_relu" : "bn_relu", dtype, owned ? "owned grad" : "");
       EXPECT_TRUE(gpu.y.is_contiguous(MemoryFormat::ChannelsLast)) << what;
-      if (fused) {
-        expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, add), dtype, what);
-      } else {
-        const BnRun cpu =
-            run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, add ? z : Tensor(), add ? 2 : 1);
-        expect_runs_match(gpu, cpu, dtype, what);
-        if (add) EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dresidual";
-      }
+      expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, add), dtype, what);
     }
   }
 }
 
 // In training the fused variants run on nabla's kernels (the add and the ReLU in the normalizing
 // pass, the ReLU's mask in the backward, recomputed from x without the add) for contiguous input
-// and channels_last float32/float16/bfloat16, and on cuDNN's Ex kernels for channels_last
-// float64 and, with its switch on, 16-bit (run both ways here); in eval they compose the ops.
+// and channels_last float32/float16/bfloat16; channels_last float64 (whose batch norm runs on
+// cuDNN's Ex kernels) and eval compose the ops.
 // All against the CPU's composed ops, for every dtype, at a small shape and at one whose channel
 // sums split over blocks (contiguous: planes of 8-wide vectors; channels_last: 64 channels of
 // 4-wide vectors over many row tiles); with a gradient the caller holds, and with one the op may
@@ -263,39 +245,34 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
                                                   {MemoryFormat::Contiguous, {16, 24, 16, 16}},
                                                   {MemoryFormat::ChannelsLast, {4, 6, 3, 5}},
                                                   {MemoryFormat::ChannelsLast, {8, 64, 14, 14}}};
-  const PersistentBatchNorm not_persistent(false);  // or the cuDNN cases would not reach cuDNN
   for (const auto& [format, shape] : cases) {
     for (DType dtype : kFloatDTypes) {
-      for (bool cudnn : cudnn_routes(format == MemoryFormat::ChannelsLast, dtype)) {
-        const CudnnBatchNorm route(cudnn);
-        const int64_t ch = shape[1];
-        const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
-        const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
-        const Tensor g = random_values(shape, ++seed, dtype);
-        const DType pd = param_dtype(dtype);
-        const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
-        const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
-        for (bool training : {true, false}) {
-          for (const auto& [fused, owned] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
-            const BatchNormOptions o{.training = training};
-            const Tensor zi = fused == 2 ? z : Tensor();
-            const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
-            const std::string what =
-                context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
-                shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
-                (owned ? " owned grad" : "") + (cudnn ? " cudnn" : "");
-            EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
-            // A fused 16-bit forward rounds once, where the composed ops round before the add.
-            if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
-              expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, fused == 2), dtype,
-                                        what);
-              continue;
-            }
-            const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, zi, fused);
-            expect_runs_match(gpu, cpu, dtype, what);
-            if (fused == 2)
-              EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dz";
+      const int64_t ch = shape[1];
+      const Tensor x = random_values(shape, ++seed, dtype).contiguous(format);
+      const Tensor z = random_values(shape, ++seed, dtype).contiguous(format);
+      const Tensor g = random_values(shape, ++seed, dtype);
+      const DType pd = param_dtype(dtype);
+      const Tensor w = random_values({ch}, ++seed, pd), b = random_values({ch}, ++seed, pd);
+      const Tensor rm = random_values({ch}, ++seed, pd), rv = random_values({ch}, ++seed, pd, true);
+      for (bool training : {true, false}) {
+        for (const auto& [fused, owned] : {std::pair{1, false}, {1, true}, {2, false}, {2, true}}) {
+          const BatchNormOptions o{.training = training};
+          const Tensor zi = fused == 2 ? z : Tensor();
+          const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, fused, owned);
+          const std::string what =
+              context(fused == 2 ? "add_relu" : "relu", dtype, training ? "train" : "eval") + " " +
+              shape_str(shape) + (format == MemoryFormat::ChannelsLast ? " channels_last" : "") +
+              (owned ? " owned grad" : "");
+          EXPECT_TRUE(gpu.y.is_contiguous(format)) << what;
+          // A fused 16-bit forward rounds once, where the composed ops round before the add.
+          if (training && (dtype == kFloat16 || dtype == kBFloat16)) {
+            expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, fused == 2), dtype,
+                                      what);
+            continue;
           }
+          const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, zi, fused);
+          expect_runs_match(gpu, cpu, dtype, what);
+          if (fused == 2) EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(dtype))) << what << " dz";
         }
       }
     }
@@ -308,71 +285,67 @@ TEST(CudaParityBatchNorm, FusedVariantsMatchTheCpuInBothLayouts) {
 // zero (a constant channel with a zero bias: y == 0 there, and x - mean == 0 too), one whose
 // are all 1e-8 (a constant channel with that bias: positive, yet a zero y in float16), and
 // channels at relu_passes' bounds: half of float16's and of bfloat16's smallest subnormal
-// (which round to a zero y) and the next floats up (which do not). On both of nabla's routes:
-// the two-pass kernels and the persistent ones (channels_last).
+// (which round to a zero y) and the next floats up (which do not).
 TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = test_seed();
   const float half_bound = 0x1p-25f, bf16_bound = 0x1p-134f;
   const float bounds[4] = {half_bound, std::nextafter(half_bound, 1.0f), bf16_bound,
                            std::nextafter(bf16_bound, 1.0f)};
-  for (bool persistent : {false, true})
-    for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
-      const PersistentBatchNorm route(persistent);
-      for (DType dtype : kFloatDTypes) {
-        const Shape shape = {8, 64, 10, 12};
-        const DType pd = param_dtype(dtype);
-        Tensor xh = random_values(shape, ++seed, dtype);
-        xh.narrow(1, 3, 1).fill_(0.75);
-        xh.narrow(1, 5, 1).fill_(-0.5);
-        Tensor bh = random_values({64}, ++seed, pd);
-        bh.narrow(0, 3, 1).fill_(0.0);
-        bh.narrow(0, 5, 1).fill_(1e-8);
-        for (int i = 0; i < 4; ++i) {
-          xh.narrow(1, 6 + i, 1).fill_(0.25);
-          bh.narrow(0, 6 + i, 1).fill_(static_cast<double>(bounds[i]));
-        }
-        const Tensor x = to_cuda(xh.contiguous(format)),
-                     dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
-        const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
-        const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
-        const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
-        const Tensor y = empty_like(x);
-        ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
-        const auto backward = [&](bool from_x) {
-          const ops::cuda::BatchNormGrads g{
-              .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
-          ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
-                                                {.on = from_x, .bias = from_x ? b : Tensor()});
-          return g;
-        };
-        const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
-        const std::string what =
-            context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW") +
-            (persistent ? " persistent" : "");
-        for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},
-                                         {from_x.dweight, from_y.dweight, "dweight"},
-                                         {from_x.dbias, from_y.dbias, "dbias"}}) {
-          NoGradGuard no_grad;
-          EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
-        }
-        // The constant zero channel's gradient is masked away entirely, and so is the 1e-8 one's
-        // in float16, where its output rounds to zero.
-        EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
-        if (dtype == kFloat16)
-          EXPECT_EQ(max(abs(from_x.dx.narrow(1, 5, 1).to(kFloat64))).item<double>(), 0.0) << what;
-        // At each bound the y is zero in the dtype whose bound it is; a float above it passes.
-        const auto passed = [&](int channel) {
-          return max(abs(from_x.dx.narrow(1, channel, 1).to(kFloat64))).item<double>() > 0.0;
-        };
-        EXPECT_EQ(passed(6), dtype != kFloat16) << what << " at half of float16's smallest subnormal";
-        EXPECT_TRUE(passed(7)) << what << " just above it";
-        EXPECT_EQ(passed(8), dtype != kFloat16 && dtype != kBFloat16)
-            << what << " at half of bfloat16's smallest subnormal";
-        EXPECT_EQ(passed(9), dtype != kFloat16) << what << " just above it";
-        EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
+  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+    for (DType dtype : kFloatDTypes) {
+      const Shape shape = {8, 64, 10, 12};
+      const DType pd = param_dtype(dtype);
+      Tensor xh = random_values(shape, ++seed, dtype);
+      xh.narrow(1, 3, 1).fill_(0.75);
+      xh.narrow(1, 5, 1).fill_(-0.5);
+      Tensor bh = random_values({64}, ++seed, pd);
+      bh.narrow(0, 3, 1).fill_(0.0);
+      bh.narrow(0, 5, 1).fill_(1e-8);
+      for (int i = 0; i < 4; ++i) {
+        xh.narrow(1, 6 + i, 1).fill_(0.25);
+        bh.narrow(0, 6 + i, 1).fill_(static_cast<double>(bounds[i]));
       }
+      const Tensor x = to_cuda(xh.contiguous(format)),
+                   dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
+      const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
+      const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
+      const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
+      const Tensor y = empty_like(x);
+      ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
+      const auto backward = [&](bool from_x) {
+        const ops::cuda::BatchNormGrads g{
+            .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
+        ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
+                                              {.on = from_x, .bias = from_x ? b : Tensor()});
+        return g;
+      };
+      const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
+      const std::string what =
+          context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW");
+      for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},
+                                       {from_x.dweight, from_y.dweight, "dweight"},
+                                       {from_x.dbias, from_y.dbias, "dbias"}}) {
+        NoGradGuard no_grad;
+        EXPECT_EQ(max(abs(a.to(kFloat64) - e.to(kFloat64))).item<double>(), 0.0) << what << " " << name;
+      }
+      // The constant zero channel's gradient is masked away entirely, and so is the 1e-8 one's
+      // in float16, where its output rounds to zero.
+      EXPECT_EQ(max(abs(from_x.dx.narrow(1, 3, 1).to(kFloat64))).item<double>(), 0.0) << what;
+      if (dtype == kFloat16)
+        EXPECT_EQ(max(abs(from_x.dx.narrow(1, 5, 1).to(kFloat64))).item<double>(), 0.0) << what;
+      // At each bound the y is zero in the dtype whose bound it is; a float above it passes.
+      const auto passed = [&](int channel) {
+        return max(abs(from_x.dx.narrow(1, channel, 1).to(kFloat64))).item<double>() > 0.0;
+      };
+      EXPECT_EQ(passed(6), dtype != kFloat16) << what << " at half of float16's smallest subnormal";
+      EXPECT_TRUE(passed(7)) << what << " just above it";
+      EXPECT_EQ(passed(8), dtype != kFloat16 && dtype != kBFloat16)
+          << what << " at half of bfloat16's smallest subnormal";
+      EXPECT_EQ(passed(9), dtype != kFloat16) << what << " just above it";
+      EXPECT_GT(max(abs(from_x.dx.to(kFloat64))).item<double>(), 0.0) << what;
     }
+  }
 }
 
 // ---- layer norm ------------------------------------------------------------------------------

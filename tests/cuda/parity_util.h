@@ -10,34 +10,16 @@
 
 namespace nabla::testing {
 
-// Plain float32 for a scope: TF32 off in cuBLAS and cuDNN, restored afterwards, so float32
-// results can be compared with tight tolerances.
+// Plain float32 for a scope: TF32 off in cuBLAS and cuDNN (the other routes kept), restored
+// afterwards, so float32 results can be compared with tight tolerances.
+inline Routes fp32_exact_routes() {
+  Routes r = routes();
+  r.conv_tf32 = false;
+  r.matmul_tf32 = false;
+  return r;
+}
 struct Fp32Exact {
-  bool matmul = allow_tf32(), cudnn = cudnn_allow_tf32();
-  Fp32Exact() {
-    set_allow_tf32(false);
-    set_cudnn_allow_tf32(false);
-  }
-  ~Fp32Exact() {
-    set_allow_tf32(matmul);
-    set_cudnn_allow_tf32(cudnn);
-  }
-  Fp32Exact(const Fp32Exact&) = delete;
-  Fp32Exact& operator=(const Fp32Exact&) = delete;
-};
-
-// One process-wide on/off switch (its getter and setter) set for a scope and restored after:
-// using GraphApi = ScopedSwitch<cudnn_graph_api, set_cudnn_graph_api>; GraphApi off(false);
-template <bool (*Get)(), void (*Set)(bool)>
-class ScopedSwitch {
- public:
-  explicit ScopedSwitch(bool on) : saved_(Get()) { Set(on); }
-  ~ScopedSwitch() { Set(saved_); }
-  ScopedSwitch(const ScopedSwitch&) = delete;
-  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
-
- private:
-  bool saved_;
+  RoutesGuard guard{fp32_exact_routes()};
 };
 
 #define SKIP_WITHOUT_GPU() \

@@ -213,20 +213,5 @@ TEST(Conv2d, BadArgumentsGiveClearErrors) {
   EXPECT_NABLA_ERROR(conv2d(x, Tensor()), "undefined");
 }
 
-TEST(Conv2d, CudnnSwitchesDefaultAsInPyTorchAndRoundTrip) {
-  EXPECT_FALSE(cudnn_benchmark());
-  EXPECT_TRUE(cudnn_allow_tf32());
-  EXPECT_FALSE(cudnn_deterministic());
-  set_cudnn_benchmark(true);
-  set_cudnn_allow_tf32(false);
-  set_cudnn_deterministic(true);
-  EXPECT_TRUE(cudnn_benchmark());
-  EXPECT_FALSE(cudnn_allow_tf32());
-  EXPECT_TRUE(cudnn_deterministic());
-  set_cudnn_benchmark(false);
-  set_cudnn_allow_tf32(true);
-  set_cudnn_deterministic(false);
-}
-
 }  // namespace
 }  // namespace nabla
