@@ -29,13 +29,24 @@ struct RngSnapshot {
   }
 };
 
-// Restores the generators and the autocast state on scope exit.
+// What the first run ran under and the replay must run under again: the random streams, the
+// autocast state and the kernel routes (a replay under other routes could pick another algorithm,
+// and a deterministic segment would lose its bit-identical gradients).
+struct RunState {
+  RngSnapshot rng = RngSnapshot::take();
+  autocast::State autocast_state = autocast::current();
+  Routes routes = nabla::routes();
+};
+
+// Puts a first run's state back for the replay; restores the generators and the autocast state on
+// scope exit, and the routes through the guard.
 struct ReplayScope {
   RngSnapshot saved_rng = RngSnapshot::take();
   autocast::State saved_autocast = autocast::current();
-  ReplayScope(const RngSnapshot& rng, const autocast::State& autocast_state) {
-    rng.restore();
-    autocast::set_current(autocast_state);
+  RoutesGuard routes;
+  explicit ReplayScope(const RunState& state) : routes(state.routes) {
+    state.rng.restore();
+    autocast::set_current(state.autocast_state);
   }
   ~ReplayScope() {
     saved_rng.restore();
@@ -49,8 +60,7 @@ struct ReplayScope {
 
 TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
   if (!autograd::needs_grad(inputs) && !GradMode::is_enabled()) return fn(inputs);
-  const RngSnapshot rng = RngSnapshot::take();
-  const autocast::State autocast_state = autocast::current();
+  const RunState state;
 
   // First run: nothing recorded. It works on copies, so an in-place op on an input leaves the
   // kept input (the caller's tensor) as the segment found it.
@@ -67,8 +77,9 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
   for (auto& o : outputs) o = o.detach();  // fresh tensors the node can own as outputs
 
   autograd::record("Checkpoint", inputs, outputs, /*save=*/inputs,
-                   [fn, rng, autocast_state, n_outputs = outputs.size()](autograd::BackwardContext& ctx) {
-                     // Second run, recorded, from the kept inputs under the first run's RNG and autocast.
+                   [fn, state, n_outputs = outputs.size()](autograd::BackwardContext& ctx) {
+                     // Second run, recorded, from the kept inputs under the first run's RNG, autocast and
+                     // routes.
                      TensorList leaves, replay_inputs;
                      TensorList replayed;
                      {
@@ -82,7 +93,7 @@ TensorList checkpoint(const SegmentFn& fn, const TensorList& inputs) {
                          // requires grad refuses that), and the kept input stays intact for another backward.
                          replay_inputs.push_back(leaf.defined() ? leaf.clone(MemoryFormat::Preserve) : leaf);
                        }
-                       ReplayScope scope(rng, autocast_state);
+                       ReplayScope scope(state);
                        replayed = fn(replay_inputs);
                      }
                      NABLA_CHECK(

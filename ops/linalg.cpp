@@ -65,14 +65,14 @@ bool broadcastable(const Shape& a, const Shape& b) {
 
 // a (..., N, K) @ b (..., K, M) -> (broadcast batch..., N, M). Both at least 2-d, one floating
 // dtype, shapes already checked. Records no history.
-Tensor product(const Tensor& a, const Tensor& b) {
+Tensor product(const Tensor& a, const Tensor& b, bool tf32) {
   NoGradGuard no_grad;
   const DType dtype = a.dtype();
-  if (a.is_cpu() && is_reduced_float(dtype)) return product(a.to(kFloat32), b.to(kFloat32)).to(dtype);
+  if (a.is_cpu() && is_reduced_float(dtype)) return product(a.to(kFloat32), b.to(kFloat32), tf32).to(dtype);
   const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
   if (b.dim() == 2 && a.dim() > 2) {
     // Only `a` has batch dims: one tall product instead of many small ones.
-    Tensor out = product(flatten_rows(a), b);  // (B*N, M)
+    Tensor out = product(flatten_rows(a), b, tf32);  // (B*N, M)
     Shape out_sizes = concat(batch_dims(a), {n, m});
     return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
   }
@@ -90,34 +90,39 @@ Tensor product(const Tensor& a, const Tensor& b) {
         Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
         Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
         ops::cuda::gemm(ae.expand(concat(batch, {n, k})), be.expand(concat(batch, {k, m})), out,
-                        {.bias = Tensor(), .allow_tf32 = routes().matmul_tf32});
+                        {.bias = Tensor(), .allow_tf32 = tf32});
       });
   return out;
 }
 
 // Gradients of matmul(a, b) for any operand ranks: the 1-d promotions are redone on the saved
 // inputs and the gradient, and sum_to folds broadcast batch dims back.
-TensorList matmul_backward(const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b) {
+Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in, bool tf32);
+
+TensorList matmul_backward(const Tensor& grad, const Tensor& a, const Tensor& b, bool need_a, bool need_b,
+                           bool tf32) {
+  const auto mat = [tf32](const Tensor& l, const Tensor& r) { return matmul_op("matmul", l, r, tf32); };
   Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;  // (..., N, K)
   Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;  // (..., K, M)
   Tensor g = grad;                                // (..., N, M) once the dropped dims are back
   if (b.dim() == 1) g = g.unsqueeze(g.dim());
   if (a.dim() == 1) g = g.unsqueeze(g.dim() - 1);
   Tensor grad_a, grad_b;
-  if (need_a) grad_a = sum_to(matmul(g, b2.transpose(-1, -2)), a2.sizes()).reshape(a.sizes());
+  if (need_a) grad_a = sum_to(mat(g, b2.transpose(-1, -2)), a2.sizes()).reshape(a.sizes());
   if (need_b) {
     if (b2.dim() == 2 && a2.dim() > 2) {
       // b was shared by every batch entry: one (K, B*N) @ (B*N, M) product sums over the batch.
-      grad_b = matmul(flatten_rows(a2).t(), flatten_rows(g));
+      grad_b = mat(flatten_rows(a2).t(), flatten_rows(g));
     } else {
-      grad_b = sum_to(matmul(a2.transpose(-1, -2), g), b2.sizes());
+      grad_b = sum_to(mat(a2.transpose(-1, -2), g), b2.sizes());
     }
     grad_b = grad_b.reshape(b.sizes());
   }
   return {grad_a, grad_b};
 }
 
-Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
+// `tf32` is the forward's Routes::matmul_tf32, kept by the backward so both run one route.
+Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in, bool tf32) {
   ops::check_defined(op, a_in, "a");
   ops::check_defined(op, b_in, "b");
   // Autocast: lower precision (matmul, mm and bmm all come here).
@@ -140,7 +145,7 @@ Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
     NoGradGuard no_grad;
     Tensor a2 = a_vec ? a.unsqueeze(0) : a;
     Tensor b2 = b_vec ? b.unsqueeze(1) : b;
-    out = product(a2, b2);  // (batch..., N, M)
+    out = product(a2, b2, tf32);  // (batch..., N, M)
   }
   if (a_vec || b_vec) {
     // Drop the unit dims the 1-d operands gained: (..., 1, M) -> (..., M), (..., N, 1) -> (..., N).
@@ -150,8 +155,8 @@ Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
     out = ops::alias(out, sizes, contiguous_strides(sizes), out.storage_offset());
   }
   if (autograd::needs_grad({a, b})) {
-    autograd::record(op, {a, b}, {out}, /*save=*/{a, b}, [](autograd::BackwardContext& ctx) {
-      return matmul_backward(ctx.grad(), ctx.saved[0], ctx.saved[1], ctx.needs(0), ctx.needs(1));
+    autograd::record(op, {a, b}, {out}, /*save=*/{a, b}, [tf32](autograd::BackwardContext& ctx) {
+      return matmul_backward(ctx.grad(), ctx.saved[0], ctx.saved[1], ctx.needs(0), ctx.needs(1), tf32);
     });
   }
   return out;
@@ -160,11 +165,12 @@ Tensor matmul_op(const char* op, const Tensor& a_in, const Tensor& b_in) {
 // x (..., in) @ weight^T (in, out) + bias, with the bias written first and the GEMM adding onto
 // it (CPU) or added by the GEMM's epilogue (CUDA), so there is no second pass over the output.
 // Records no history.
-Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, bool tf32) {
   NoGradGuard no_grad;
   const DType dtype = x.dtype();
   if (x.is_cpu() && is_reduced_float(dtype)) {
-    return linear_forward(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias)
+    return linear_forward(x.to(kFloat32), weight.to(kFloat32), bias.defined() ? bias.to(kFloat32) : bias,
+                          tf32)
         .to(dtype);
   }
   Shape out_sizes(x.sizes());
@@ -184,7 +190,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
         Tensor wt = weight.t();  // (in, out), a column-major view: no copy
         if (!ops::cuda::is_gemm_operand(x2)) x2 = x2.contiguous();
         if (!ops::cuda::is_gemm_operand(wt)) wt = wt.contiguous();
-        ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = routes().matmul_tf32});
+        ops::cuda::gemm(x2, wt, out, {.bias = bias, .allow_tf32 = tf32});
       });
   return ops::alias(out, out_sizes, contiguous_strides(out_sizes), out.storage_offset());
 }
@@ -195,11 +201,15 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
 // the caller sums g. A column-major w (the transpose of an (in, out) parameter, as GPT-2's
 // Conv1D passes) gets a column-major gradient: the transposed product costs the same and the
 // parameter's gradient then needs no relayout (Note [Gradient layout]).
-std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, const Tensor& w, bool with_bias) {
+std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, const Tensor& w, bool with_bias,
+                                          bool tf32) {
   const bool column_major = w.size(0) > 1 && w.size(1) > 1 && w.stride(0) == 1 && w.stride(1) == w.size(0);
   const bool fused = with_bias && g.is_cuda() && !GradMode::is_enabled() && g.dtype() == x.dtype() &&
                      g.size(0) > 0 && is_floating(g.dtype());
-  if (!fused) return {column_major ? matmul(x.t(), g).t() : matmul(g.t(), x), Tensor()};
+  if (!fused) {
+    return {column_major ? matmul_op("matmul", x.t(), g, tf32).t() : matmul_op("matmul", g.t(), x, tf32),
+            Tensor()};
+  }
   Tensor grad_b = Tensor::empty({g.size(1)}, g.options());
   bool summed = false;
   // column-major: (x^T g)^T, the bias the column sums of g; else g^T x, the bias the row sums of g^T.
@@ -210,7 +220,7 @@ std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, cons
       [&] {
         const Tensor ae = ops::cuda::is_gemm_operand(a) ? a : a.contiguous();
         const Tensor be = ops::cuda::is_gemm_operand(b) ? b : b.contiguous();
-        ops::cuda::GemmOptions o{.allow_tf32 = routes().matmul_tf32};
+        ops::cuda::GemmOptions o{.allow_tf32 = tf32};
         (column_major ? o.b_column_sums : o.a_row_sums) = grad_b;
         summed = ops::cuda::gemm(ae, be, out, o);
       });
@@ -220,7 +230,7 @@ std::pair<Tensor, Tensor> weight_gradient(const Tensor& g, const Tensor& x, cons
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
-  return matmul_op("matmul", a, b);
+  return matmul_op("matmul", a, b, routes().matmul_tf32);
 }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
@@ -228,7 +238,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   ops::check_defined("mm", b, "b");
   NABLA_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-d matrices, got {} and {}", describe(a),
               describe(b));
-  return matmul_op("mm", a, b);
+  return matmul_op("mm", a, b, routes().matmul_tf32);
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
@@ -240,7 +250,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   NABLA_CHECK(a.size(0) == b.size(0),
               "bmm: batch sizes differ: {} and {} (bmm does not broadcast; use matmul)", describe(a),
               describe(b));
-  return matmul_op("bmm", a, b);
+  return matmul_op("bmm", a, b, routes().matmul_tf32);
 }
 
 namespace {
@@ -263,12 +273,12 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 
 // The gradients of x, weight and bias from g (..., out), the gradient of x @ w^T + b.
 TensorList linear_gradients(const autograd::BackwardContext& ctx, const Tensor& g, const Tensor& x,
-                            const Tensor& w) {
+                            const Tensor& w, bool tf32) {
   Tensor grad_x, grad_w, grad_b;
-  if (ctx.needs(0)) grad_x = matmul(g, w);  // (..., out) @ (out, in)
+  if (ctx.needs(0)) grad_x = matmul_op("matmul", g, w, tf32);  // (..., out) @ (out, in)
   if (ctx.needs(1) || ctx.needs(2)) {
     Tensor g2 = flatten_rows(g);  // (rows, out)
-    if (ctx.needs(1)) std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2));
+    if (ctx.needs(1)) std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2), tf32);
     if (ctx.needs(2) && !grad_b.defined()) grad_b = g2.sum({0});
   }
   return TensorList{grad_x, grad_w, grad_b};
@@ -301,14 +311,14 @@ Tensor fused_linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bi
   }
   if (grad) {
     autograd::record("LinearGeluBackward", {x, weight, bias}, {out}, /*save=*/{x, weight, pre},
-                     [](autograd::BackwardContext& ctx) {
+                     [tf32 = routes().matmul_tf32](autograd::BackwardContext& ctx) {
                        // The saved pre-activation has no history, so a second derivative would
                        // miss gelu'' terms: refuse rather than drop them.
                        NABLA_CHECK(!GradMode::is_enabled(),
                                    "linear with a GELU activation: double backward through the fused "
                                    "epilogue is not supported; use gelu(linear(...)) for create_graph");
                        const Tensor g = gelu_backward(ctx.grad(), ctx.saved[2], {.tanh_approximation = true});
-                       return linear_gradients(ctx, g, ctx.saved[0], ctx.saved[1]);
+                       return linear_gradients(ctx, g, ctx.saved[0], ctx.saved[1], tf32);
                      });
   }
   return out;
@@ -323,11 +333,12 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   const auto [x, weight, bias] =
       ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in});
   check_linear(x, weight, bias);
-  Tensor out = linear_forward(x, weight, bias);
+  const bool tf32 = routes().matmul_tf32;  // one snapshot for the forward and its backward
+  Tensor out = linear_forward(x, weight, bias, tf32);
   if (autograd::needs_grad({x, weight, bias})) {
     autograd::record("linear", {x, weight, bias}, {out}, /*save=*/{x, weight},
-                     [](autograd::BackwardContext& ctx) {
-                       return linear_gradients(ctx, ctx.grad(), ctx.saved[0], ctx.saved[1]);
+                     [tf32](autograd::BackwardContext& ctx) {
+                       return linear_gradients(ctx, ctx.grad(), ctx.saved[0], ctx.saved[1], tf32);
                      });
   }
   return out;

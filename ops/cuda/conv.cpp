@@ -453,7 +453,7 @@ bool on_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, con
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                     const ConvParams& p, const Routes& routes) {
-  if (takes_space_to_depth(x, w, y, p, routes)) {
+  if (takes_space_to_depth(x, w, y, p)) {
     conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, routes);
     return;
   }
@@ -480,7 +480,7 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
   const bool nhwc = check_layouts("conv2d_relu", x, w, y);
   if (residual.defined() && (residual.strides() != y.strides() || residual.dtype() != y.dtype()))
     return false;
-  if (takes_space_to_depth(x, w, y, params, routes)) {
+  if (takes_space_to_depth(x, w, y, params)) {
     return conv2d_forward_relu(space_to_depth_input(x, w, y, params), space_to_depth_weight(w), bias,
                                residual, y, {}, routes);
   }
@@ -560,7 +560,7 @@ bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, con
 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
                             const Routes& routes) {
-  if (takes_space_to_depth(x, grad_w, grad_y, p, routes)) {
+  if (takes_space_to_depth(x, grad_w, grad_y, p)) {
     const Tensor folded_x = space_to_depth_input(x, grad_w, grad_y, p);
     const Tensor folded = Tensor::empty(
         {grad_w.size(0), folded_x.size(1), (grad_w.size(2) + 1) / 2, (grad_w.size(3) + 1) / 2},

@@ -50,8 +50,7 @@ void depthwise_conv2d_backward_input(const Tensor& grad_y, const Tensor& w, cons
 // conv(x, w) -> y folds into a stride-1 convolution of space_to_depth_input(x, ...) with
 // space_to_depth_weight(w), no padding (channels_last bfloat16 x of at most 4 channels, stride 2).
 // grad_w takes weight_grad_from_space_to_depth of the folded convolution's weight gradient.
-bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p,
-                          const Routes& routes);
+bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p);
 Tensor space_to_depth_input(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p);
 Tensor space_to_depth_weight(const Tensor& w);
 void weight_grad_from_space_to_depth(const Tensor& folded, const Tensor& grad_w);

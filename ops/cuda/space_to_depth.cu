@@ -128,8 +128,7 @@ void with_bits(const Tensor& t, F&& f) {
 
 }  // namespace
 
-bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p,
-                          const Routes& routes) {
+bool takes_space_to_depth(const Tensor& x, const Tensor& w, const Tensor& y, const ConvParams& p) {
   return x.dtype() == kBFloat16 && x.dim() == 4 && x.size(1) <= 4 && p.groups == 1 && p.stride[0] == 2 &&
          p.stride[1] == 2 && p.dilation[0] == 1 && p.dilation[1] == 1 && w.size(2) >= 2 && w.size(3) >= 2 &&
          x.is_contiguous(MemoryFormat::ChannelsLast) && !y.is_contiguous() && y.numel() > 0;

@@ -25,8 +25,9 @@ void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, 
                          const Tensor& running_mean, const Tensor& running_var,
                          const BatchNormOptions& options);
 // Records the autograd node of a training batch norm whose forward has run, y from x (weight and
-// bias defined when relu): BatchNormBackward, or with relu the fused relu(bn(x) [+ residual])
-// node, whose backward goes the way `forward` says (cuDNN's NHWC kernels or nabla's).
+// bias defined when relu): BatchNormBackward, whose backward runs where `forward` ran (cuDNN for
+// channels_last float64, else nabla's kernels), or with relu the fused relu(bn(x) [+ residual])
+// node, whose backward runs on nabla's kernels.
 void record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, const Tensor& weight,
                        const Tensor& bias, const Tensor& y, const cpu::BatchNormStats& stats,
                        const cuda::BatchNormForward& forward, double eps);

@@ -5,8 +5,8 @@
 # carry build/gpu-extra/bundle.tar.xz).
 # PARTS (default "first,dw,ab,unet"), in this order: first = the tests named in FIRST; suite =
 # the whole CUDA suite; dw = the depthwise microbenchmark, nabla (its kernels and cuDNN) then
-# PyTorch; ab = MobileNetV2 and EfficientNet-B0 training steps with and without nabla's depthwise
-# kernels; unet = examples/unet to 0.9 IoU; trace = a CUPTI timeline of MobileNetV2's replayed
+# PyTorch; ab = MobileNetV2 and EfficientNet-B0 training steps (nabla's depthwise kernels are
+# the only route; cuDNN's depthwise is timed by dw); unet = examples/unet to 0.9 IoU; trace = a CUPTI timeline of MobileNetV2's replayed
 # step; models = every model of ARCHS beside PyTorch eager (and torch.compile with COMPILE=1).
 # Logs under $OUT; a short summary last.
 set -uo pipefail
@@ -26,7 +26,6 @@ fi
 if has ab; then
   for a in mobilenet_v2 efficientnet_b0; do
     train 100 $a > "$out/ab_$a.log" 2>&1
-    train 100 $a --no-depthwise-kernels > "$out/ab_${a}_cudnn.log" 2>&1
   done
 fi
 if has unet; then timeout 300 "$x/examples/unet" --min-iou 0.9 > "$out/unet.log" 2>&1; echo "unet rc=$?" >> "$out/rc"; fi

@@ -163,9 +163,8 @@ TEST(CudaParityConv, StridedFewChannelConvolutionsRunFoldedAndMatchTheCpu) {
                                     g.to(kFloat64), c.options);
       const Result r = run_conv(to_cuda(x), to_cuda(w), b.defined() ? to_cuda(b) : b, to_cuda(g), c.options);
       const std::string what = context(c.name, dtype, "channels_last");
-      EXPECT_EQ(
-          ops::cuda::takes_space_to_depth(to_cuda(x), to_cuda(w), r.y, ops::conv_params(c.options), routes()),
-          dtype == kBFloat16)
+      EXPECT_EQ(ops::cuda::takes_space_to_depth(to_cuda(x), to_cuda(w), r.y, ops::conv_params(c.options)),
+                dtype == kBFloat16)
           << what << ": which dtype folds";
       EXPECT_TRUE(results_close(r, ref64, tolerance(dtype))) << what;
       EXPECT_EQ(r.y.suggest_memory_format(), MemoryFormat::ChannelsLast) << what;

@@ -154,22 +154,28 @@ TEST(CudaParityLinalg, Tf32IsOffByDefaultAndAGuardTurnsItOn) {
   Tensor expected = reference_matmul(a, b);
   Tensor exact = matmul(a, b);
   EXPECT_TRUE(matches_cpu(exact, expected, gemm_tolerance(kFloat32, 4096)));
-  Tensor fast;
+  // Linear follows the routes too: its float32 result against float64, with TF32 off and on.
+  const Tensor w = to_cuda(random_input({64, 4096}, ++seed, kFloat32));
+  const Tensor linear_expected = linear(a.cpu().to(kFloat64), w.cpu().to(kFloat64)).to(kFloat32);
+  const Tensor linear_exact = linear(a, w);
+  Tensor fast, linear_fast;
   {
     Routes tf32 = routes();
     tf32.matmul_tf32 = true;
     const RoutesGuard guard(tf32);
     fast = matmul(a, b);
     EXPECT_TRUE(matches_cpu(fast, expected, gemm_tolerance(kFloat32, 4096, /*tf32=*/true)));
-    // Linear follows the routes too.
-    Tensor w = to_cuda(random_input({64, 4096}, ++seed, kFloat32));
-    EXPECT_TRUE(matches_cpu(linear(a, w), linear(a.cpu().to(kFloat64), w.cpu().to(kFloat64)).to(kFloat32),
-                            gemm_tolerance(kFloat32, 4096, true)));
+    linear_fast = linear(a, w);
+    EXPECT_TRUE(matches_cpu(linear_fast, linear_expected, gemm_tolerance(kFloat32, 4096, true)));
   }
-  const double exact_error = max(abs(exact - to_cuda(expected))).item<double>();
-  const double fast_error = max(abs(fast - to_cuda(expected))).item<double>();
+  const auto error = [](const Tensor& actual, const Tensor& reference) {
+    return max(abs(actual - to_cuda(reference))).item<double>();
+  };
+  const double exact_error = error(exact, expected), fast_error = error(fast, expected);
   EXPECT_GT(fast_error, 4 * exact_error)
       << "TF32 on should round the inputs (errors " << fast_error << " vs " << exact_error << ")";
+  const double linear_exact_error = error(linear_exact, linear_expected);
+  EXPECT_GT(error(linear_fast, linear_expected), 4 * linear_exact_error) << "linear under the TF32 guard";
   EXPECT_TRUE(matches_cpu(matmul(a, b), expected, gemm_tolerance(kFloat32, 4096)))
       << "the guard's end restores float32";
 }

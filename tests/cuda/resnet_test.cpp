@@ -33,8 +33,6 @@ double relative_error(const nb::Tensor& actual, const nb::Tensor& expected) {
   return diff / std::max(norm, 1e-30);
 }
 
-// Restores the TF32 switches after the test.
-
 void compare_resnet50(nb::MemoryFormat format, nb::DType dtype) {
   Fp32Exact fp32;
   // float64 is the strict check that the CUDA ops are right. In float32 the deep gradients sit

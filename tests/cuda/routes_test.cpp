@@ -4,7 +4,8 @@
 //    cuDNN's algorithm cache (the flag is part of the key), and both modes match the CPU;
 //  - conv_tf32: a float32 convolution of a large reduction matches float64 on the CPU to float32
 //    precision with TF32 off, and is further from it with TF32 on (the default);
-//  - the backward of a convolution runs on the routes in force at its forward, not at backward.
+//  - the backward of a convolution, and of linear (matmul_tf32), runs on the routes in force at
+//    its forward, not at backward.
 #include "nabla/ops/cuda/conv_kernels.h"
 #include "parity_util.h"
 
@@ -118,6 +119,39 @@ TEST(CudaRoutes, TheBackwardRunsOnTheRoutesOfItsForward) {
   const Gradients fast = backward_after_the_guard(c, {.conv_tf32 = true});
   EXPECT_GT(relative_error(fast.dx, x.grad()), 4 * relative_error(exact.dx, x.grad()))
       << "TF32 does not show in grad_input at this shape; the test cannot tell the routes apart";
+}
+
+// linear's gradients under a guard at backward time: a forward built without TF32 keeps float32
+// gradients though TF32 is on when backward runs, and one built with TF32 keeps TF32 though it is
+// off by then.
+TEST(CudaRoutes, LinearBackwardRunsOnTheMatmulRoutesOfItsForward) {
+  SKIP_WITHOUT_GPU();
+  EXPECT_FALSE(routes().matmul_tf32);
+  uint64_t seed = test_seed();
+  const Tensor x = random_values({64, 4096}, ++seed, kFloat32);
+  const Tensor w = random_values({256, 4096}, ++seed, kFloat32) * (1.0 / 64.0);
+  const Tensor g = random_values({64, 256}, ++seed, kFloat32);
+  const Tensor x64 = x.to(kFloat64).requires_grad_(true), w64 = w.to(kFloat64).requires_grad_(true);
+  linear(x64, w64, {}).backward(g.to(kFloat64));
+  const auto run = [&](const Routes& forward_routes, const Routes& backward_routes) {
+    const Tensor xc = to_cuda(x).requires_grad_(true), wc = to_cuda(w).requires_grad_(true);
+    Tensor y;
+    {
+      const RoutesGuard guard(forward_routes);
+      y = linear(xc, wc, {});
+    }
+    const RoutesGuard guard(backward_routes);
+    y.backward(to_cuda(g));
+    return Gradients{xc.grad(), wc.grad()};
+  };
+  const Gradients exact = run({.matmul_tf32 = false}, {.matmul_tf32 = true});
+  const Gradients fast = run({.matmul_tf32 = true}, {.matmul_tf32 = false});
+  const double exact_dx = relative_error(exact.dx, x64.grad()),
+               exact_dw = relative_error(exact.dw, w64.grad());
+  EXPECT_LT(exact_dx, kFloat32Tolerance) << "grad_input";
+  EXPECT_LT(exact_dw, kFloat32Tolerance) << "grad_weight";
+  EXPECT_GT(relative_error(fast.dx, x64.grad()), 4 * exact_dx) << "grad_input of the TF32 forward";
+  EXPECT_GT(relative_error(fast.dw, w64.grad()), 4 * exact_dw) << "grad_weight of the TF32 forward";
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Gradient checkpointing: the gradients of every parameter and of the input equal those of the
 // same model run without checkpointing (float64, fresh random weights and inputs), with dropout
 // (same RNG replayed), in-place ReLU at and inside segment edges, BatchNorm, several segment
-// counts, bfloat16 autocast, and a ResNet with checkpoint_segments. Also: the segment's
+// counts, bfloat16 autocast, the forward's routes, and a ResNet with checkpoint_segments. Also: the segment's
 // activations are really not kept.
 #include <gtest/gtest.h>
 
@@ -126,6 +126,30 @@ TEST(Checkpoint, BFloat16AutocastStateIsReplayed) {
   EXPECT_EQ(b1.dtype(), kFloat32);
   EXPECT_TRUE(all_close(b1, a1, 0, 0)) << "the recompute must run in bfloat16 like the first run";
   EXPECT_TRUE(all_close(b2, a2, 0, 0));
+}
+
+// The replay runs under the routes of the first run (a guard around the forward, none around
+// backward), and the routes in force at backward are back afterwards. The segment reports what
+// it sees; its gradient is checked against the plain product's.
+TEST(Checkpoint, RoutesOfTheFirstRunAreReplayed) {
+  const uint64_t seed = test_seed();
+  const Tensor w = random_input({4, 3}, seed, kFloat64);
+  const Tensor x = random_input({2, 4}, seed + 1, kFloat64).requires_grad_(true);
+  std::vector<bool> seen;
+  auto segment = [&](const Tensor& t) {
+    seen.push_back(routes().cudnn_deterministic);
+    return matmul(t, w);
+  };
+  Tensor y;
+  {
+    const RoutesGuard guard({.cudnn_deterministic = true});
+    y = checkpoint(segment, x);
+  }
+  ASSERT_FALSE(routes().cudnn_deterministic);
+  y.sum().backward();
+  EXPECT_EQ(seen, (std::vector<bool>{true, true})) << "first run and replay under the forward's routes";
+  EXPECT_FALSE(routes().cudnn_deterministic) << "the routes of backward are restored";
+  EXPECT_TRUE(all_close(x.grad(), matmul(ones({2, 3}, kFloat64), w.t()), 1e-12, 1e-12));
 }
 
 TEST(Checkpoint, ResNetWithSegmentsMatchesWithout) {
