@@ -149,7 +149,7 @@ TEST(Checkpoint, RoutesOfTheFirstRunAreReplayed) {
   y.sum().backward();
   EXPECT_EQ(seen, (std::vector<bool>{true, true})) << "first run and replay under the forward's routes";
   EXPECT_FALSE(routes().cudnn_deterministic) << "the routes of backward are restored";
-  EXPECT_TRUE(all_close(x.grad(), matmul(ones({2, 3}, kFloat64), w.t()), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(x.grad(), matmul(ones({2, 3}, {.dtype = kFloat64}), w.t()), 1e-12, 1e-12));
 }
 
 TEST(Checkpoint, ResNetWithSegmentsMatchesWithout) {
