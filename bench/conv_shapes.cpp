@@ -11,7 +11,7 @@
 // convolutions of 2 N O C kH kW Ho Wo flops each. The fwd / data / filter columns time the CUDA
 // entry points alone on preallocated outputs, to show where the time goes (not in the sums), on
 // the default routes with benchmark mode (Note [Convolutions on the graph API] in
-// ops/cuda/conv.cpp). The last row weights each shape by how often ResNet-50 uses it (53
+// ops/cuda/conv/conv.cpp). The last row weights each shape by how often ResNet-50 uses it (53
 // convolutions).
 #include <algorithm>
 #include <cmath>
@@ -23,7 +23,7 @@
 
 #include "nabla/core/cuda/stream.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
 #include "timing.h"
 
 namespace {

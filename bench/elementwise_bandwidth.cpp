@@ -5,7 +5,7 @@
 //
 // Each row is timed with CUDA events on the current stream after warm-up runs; the median of
 // the runs is reported. GB/s counts bytes read plus bytes written (1 GB = 1e9 bytes), so a copy
-// of N bytes moves 2N. The kernel rows call the CUDA entry points (ops/cuda/kernels.h) on
+// of N bytes moves 2N. The kernel rows call the CUDA entry points (ops/cuda/elementwise/kernels.h) on
 // preallocated tensors, so they time the kernels alone; the last row is the public op, output
 // allocation included. Target (CUDA backend issue): contiguous elementwise >= 80% of memcpy.
 #include <algorithm>
@@ -17,7 +17,7 @@
 
 #include "nabla/core/cuda/stream.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "timing.h"
 
 namespace {

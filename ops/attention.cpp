@@ -1,5 +1,5 @@
 // scaled_dot_product_attention front end: validation, autocast, and the choice between the fused
-// CUDA kernels (ops/cuda/attention.cu) and the math path composed of differentiable ops.
+// CUDA kernels (ops/cuda/attention/flash_forward.cu) and the math path composed of differentiable ops.
 //
 // The math path writes the (..., Tq, Tk) scores and keeps them for the backward, as PyTorch's
 // math backend does; it is the reference the fused kernels are tested against, and it serves
@@ -15,7 +15,7 @@
 #include <string>
 
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cuda/attention_kernels.h"
+#include "nabla/ops/cuda/attention/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"

@@ -26,7 +26,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/conv_kernels.h"
-#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"

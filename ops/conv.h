@@ -68,7 +68,7 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Co
 // relu(conv2d(x, weight, bias) [+ residual]): a convolution whose batch norm was folded into it
 // (nn::fold_batch_norm), with the ReLU and a residual block's sum. On CUDA, where nothing needs a
 // gradient, it is one call (a cuBLASLt epilogue for 1x1 channels_last, cuDNN's fusion engines
-// or cudnnConvolutionBiasActivationForward otherwise; ops/cuda/conv.cpp), so the activation is
+// or cudnnConvolutionBiasActivationForward otherwise; ops/cuda/conv/conv.cpp), so the activation is
 // written once; anywhere else (the CPU, autograd, float64, a combination cuDNN declines) it is
 // the ops composed. The result matches the composition up to rounding (one float16 rounding of
 // the sum instead of three).

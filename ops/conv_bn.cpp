@@ -1,5 +1,5 @@
 // conv2d_sums and batch_norm_relu_conv2d: the front ends of the fused convolution + batch norm
-// path (Note [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp).
+// path (Note [Convolution + batch norm fusion] in ops/cuda/conv/bn_fused.cpp).
 //
 // batch_norm_relu_conv2d's fused forward takes the batch statistics from the sums the previous
 // convolution left, folds the batch norm into a per-channel float16 scale and shift (the running
@@ -16,7 +16,7 @@
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cuda/conv_bn_kernels.h"
+#include "nabla/ops/cuda/conv/bn_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"

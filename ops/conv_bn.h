@@ -11,7 +11,7 @@
 //   y2 = conv2d(batch_norm_relu(y1, gamma1, beta1, running_mean1, running_var1), w2, {}, {.padding = 1});
 // On CUDA, for channels_last float16 training (bfloat16, and Routes::cudnn_deterministic or
 // !Routes::conv_batch_norm_fusion in ops/routes.h, compose), the work
-// moves into the convolutions (Note [Convolution + batch norm fusion] in ops/cuda/conv_bn_fused.cpp): the
+// moves into the convolutions (Note [Convolution + batch norm fusion] in ops/cuda/conv/bn_fused.cpp): the
 // convolution that writes y1 also sums it per channel, so the batch norm never reads y1 for its statistics;
 // the batch norm and ReLU are applied while the next convolution loads y1, so relu(bn(y1)) is never written
 // or kept for the backward; and the backward masks, reduces and applies the batch norm's gradient around the

@@ -18,7 +18,7 @@
 #include "nabla/core/cuda/stream.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"

@@ -1,9 +1,9 @@
-// cumsum front end: the kernels (ops/cpu/sort.cpp, ops/cuda/sort.cu) scan the rows of a
+// cumsum front end: the kernels (ops/cpu/sort.cpp, ops/cuda/sort/sort.cu) scan the rows of a
 // contiguous (rows, n) matrix, so the dim moves last and back. The gradient of a running sum is
 // the running sum of the gradient from the other end, the same kernel reversed.
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/sort_kernels.h"
-#include "nabla/ops/cuda/sort_kernels.h"
+#include "nabla/ops/cuda/sort/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"

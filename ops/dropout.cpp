@@ -1,5 +1,5 @@
 // dropout front end. The keep mask is a bool tensor from nabla::bernoulli (so it shares the
-// Philox element mapping of ops/cpu/fill_copy.cpp and ops/cuda/random.cu, and costs one byte per
+// Philox element mapping of ops/cpu/fill_copy.cpp and ops/cuda/elementwise/random.cu, and costs one byte per
 // element to keep for backward); the output is where(mask, x, 0) * scale, which keeps x's
 // layout. The backward applies the same mask and scale to the gradient with differentiable ops,
 // so create_graph works.

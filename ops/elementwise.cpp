@@ -1,5 +1,5 @@
 // Elementwise front ends: validation, type promotion, output layout, device dispatch and the
-// backward formulas. Kernels live in ops/cpu/elementwise.cpp and ops/cuda/elementwise.cu.
+// backward formulas. Kernels live in ops/cpu/elementwise.cpp and ops/cuda/elementwise/elementwise.cu.
 #include "nabla/ops/elementwise.h"
 
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"

@@ -11,7 +11,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 

@@ -10,7 +10,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
-#include "nabla/ops/cuda/indexing_kernels.h"
+#include "nabla/ops/cuda/indexing/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"

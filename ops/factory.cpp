@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 

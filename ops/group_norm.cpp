@@ -1,12 +1,12 @@
 // group_norm (ops/norm.h). On the CPU: layer_norm over each (sample, group), then the
-// per-channel affine. On CUDA: nabla's kernels (Note [Group norm] in ops/cuda/group_norm.cu), two
+// per-channel affine. On CUDA: nabla's kernels (Note [Group norm] in ops/cuda/norm/group_norm.cu), two
 // passes forward and two backward, in either layout.
 #include <cmath>
 #include <optional>
 
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/norm.h"

@@ -1,5 +1,5 @@
 // layer_norm and rms_norm front end. The normalized trailing dims are one row of D elements, so
-// the kernels (ops/cpu/norm.cpp, ops/cuda/layer_norm.cu) see a contiguous (rows, D) matrix and
+// the kernels (ops/cpu/norm.cpp, ops/cuda/norm/layer_norm.cu) see a contiguous (rows, D) matrix and
 // keep the per-row mean (0 for RMS norm) and 1 / std for the backward, which is one fused kernel
 // per backend. RMS norm is layer norm without the centring, so both share every kernel.
 #include <cmath>
@@ -9,7 +9,7 @@
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"

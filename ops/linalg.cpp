@@ -16,7 +16,7 @@
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
-#include "nabla/ops/cuda/linalg_kernels.h"
+#include "nabla/ops/cuda/linalg/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"

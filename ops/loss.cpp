@@ -1,6 +1,6 @@
 // Loss front ends: cross_entropy, nll_loss, mse_loss and binary_cross_entropy_with_logits.
 //
-// cross_entropy on (N, C) logits runs fused kernels (ops/cpu/loss.cpp, ops/cuda/cross_entropy.cu):
+// cross_entropy on (N, C) logits runs fused kernels (ops/cpu/loss.cpp, ops/cuda/loss/cross_entropy.cu):
 // one pass per row, 16-bit logits read as they are, only a per-row log-sum-exp kept for the
 // backward. Other shapes (N, C, d1, ...) compose log_softmax and the pick below.
 //
@@ -20,7 +20,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/loss_kernels.h"
-#include "nabla/ops/cuda/loss_kernels.h"
+#include "nabla/ops/cuda/loss/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"

@@ -17,7 +17,7 @@
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/norm_kernels.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"

@@ -18,7 +18,7 @@
 // On CUDA, training batch norm runs on nabla's own kernels for contiguous input and for
 // channels_last float32/float16/bfloat16, and on cuDNN for channels_last float64; eval runs on
 // cuDNN for channels_last float16/float32/float64 (Note [cuDNN batch norm] in
-// ops/cuda/batch_norm_cudnn.cpp). In training the fused variants run as one pass on nabla's
+// ops/cuda/batch_norm/cudnn.cpp). In training the fused variants run as one pass on nabla's
 // kernels (ReLU and add in the normalizing pass, the mask in the backward). Elsewhere (eval, the
 // CPU, float64) they compose batch_norm, add and relu, with the same results.
 #pragma once

@@ -19,7 +19,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/pool_kernels.h"
-#include "nabla/ops/cuda/pool_kernels.h"
+#include "nabla/ops/cuda/pool/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/indexing.h"
 #include "nabla/ops/view.h"

@@ -11,7 +11,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
-#include "nabla/ops/cuda/reduce_kernels.h"
+#include "nabla/ops/cuda/reduce/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"

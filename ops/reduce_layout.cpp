@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/iteration.h"

@@ -1,11 +1,11 @@
-// softmax and log_softmax front ends. The kernels (ops/cpu/reduce.cpp, ops/cuda/softmax.cu) subtract the row
+// softmax and log_softmax front ends. The kernels (ops/cpu/reduce.cpp, ops/cuda/reduce/softmax.cu) subtract the row
 // max first, so large logits do not overflow. A dense input's output gets the same strides (a channels_last
 // input gives a channels_last output), so the kernel writes it in place of a copy.
 #include "nabla/ops/softmax.h"
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/reduce_kernels.h"
-#include "nabla/ops/cuda/reduce_kernels.h"
+#include "nabla/ops/cuda/reduce/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"

@@ -1,4 +1,4 @@
-// sort, argsort and topk. The kernels (ops/cpu/sort.cpp, ops/cuda/sort.cu) sort the rows of a
+// sort, argsort and topk. The kernels (ops/cpu/sort.cpp, ops/cuda/sort/sort.cu) sort the rows of a
 // contiguous (rows, n) matrix; the front end moves the sorted dim last and back. topk is a sort
 // and a narrow: O(n log n) rather than a selection, which for the sizes topk serves (a sampling
 // step over a vocabulary) costs microseconds.
@@ -6,7 +6,7 @@
 
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/sort_kernels.h"
-#include "nabla/ops/cuda/sort_kernels.h"
+#include "nabla/ops/cuda/sort/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/indexing.h"

@@ -57,7 +57,7 @@ SHARED_INTERNALS: list[tuple[str, str, str]] = [
     ("core/cuda/", "cuda",
      "the CUDA runtime's internals (status checks, per-thread handles, the device guard) serve "
      "every library's CUDA backend"),
-    ("ops/cuda/tensor_table.cuh", "cuda",
+    ("ops/cuda/elementwise/tensor_table.cuh", "cuda",
      "one table-of-tensors launcher serves the multi-tensor kernels of ops, optim and amp"),
 ]
 

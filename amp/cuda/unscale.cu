@@ -1,12 +1,12 @@
 // The GradScaler's fused unscale on CUDA: every float32 gradient multiplied by 1/scale in place,
 // and one device flag raised when any result is inf or NaN, in tables of up to kMaxTensors
-// gradients a launch (ops/cuda/tensor_table.cuh). The scale and the flag stay on the device
+// gradients a launch (ops/cuda/elementwise/tensor_table.cuh). The scale and the flag stay on the device
 // (GradScaler never waits for them during training).
 #include <cuda_runtime.h>
 
 #include "nabla/amp/cuda/unscale.h"
 #include "nabla/core/error.h"
-#include "nabla/ops/cuda/tensor_table.cuh"
+#include "nabla/ops/cuda/elementwise/tensor_table.cuh"
 
 namespace nabla::amp::cuda {
 

@@ -9,7 +9,7 @@
 // GB/s counts the bytes nabla's kernels must move: forward reads x twice (statistics, then the
 // normalizing pass) and writes y; backward reads dy, x and y twice (the sums, then dx) and writes
 // dx. "x-mask" is nabla's backward with the ReLU's mask recomputed from x (Note [The ReLU's mask
-// from x] in batch_norm.cu), which reads two activations where the other reads three; its GB/s
+// from x] in batch_norm/batch_norm.cu), which reads two activations where the other reads three; its GB/s
 // counts the seven passes too, so it shows as the gain.
 // The last rows weigh each shape by how many fused BN + ReLU layers ResNet-50 has at it: the
 // batch-norm share of one training step, per dtype.
@@ -21,7 +21,7 @@
 
 #include "../timing.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 
 namespace {
 

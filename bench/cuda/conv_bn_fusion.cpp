@@ -1,6 +1,6 @@
 // Microbenchmark: ResNet-50's convolutions (batch 256, channels_last float16) with the batch-norm
 // work fused into them on cuDNN's runtime-fusion engines (Note [Convolution + batch norm fusion]
-// in ops/cuda/conv_bn_fused.cpp), against the plain convolutions nabla runs today. Per shape:
+// in ops/cuda/conv/bn_fused.cpp), against the plain convolutions nabla runs today. Per shape:
 // whether cuDNN offers an engine for each pattern, the largest relative error against the same
 // computation composed from unfused ops, and the median time.
 //
@@ -24,7 +24,7 @@
 
 #include "../timing.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/conv_bn_kernels.h"
+#include "nabla/ops/cuda/conv/bn_kernels.h"
 
 namespace {
 

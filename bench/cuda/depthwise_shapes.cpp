@@ -19,8 +19,8 @@
 
 #include "../timing.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/conv_bn_kernels.h"
-#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/conv/bn_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
 
 namespace {
 

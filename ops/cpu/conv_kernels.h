@@ -1,7 +1,7 @@
 // Internal. CPU convolution kernels (im2col + Eigen GEMM). The front end (ops/conv.cpp)
 // validates, computes float16/bfloat16 in float32, makes every operand contiguous (NCHW) and
 // allocates the outputs; these only compute. Also defines ConvParams, which the CUDA entry
-// points (ops/cuda/conv_kernels.h) share.
+// points (ops/cuda/conv/kernels.h) share.
 #pragma once
 
 #include <array>

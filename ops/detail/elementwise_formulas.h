@@ -1,5 +1,5 @@
 // Internal (ops). Every elementwise formula, written once for both backends: this header
-// compiles as host C++ (ops/cpu/elementwise.cpp) and as CUDA (ops/cuda/elementwise.cu).
+// compiles as host C++ (ops/cpu/elementwise.cpp) and as CUDA (ops/cuda/elementwise/elementwise.cu).
 //
 // Note [One formula per op]: a formula takes and returns the arithmetic type `C` (compute_t on the
 // CPU, opmath_t on CUDA: float for float16/bfloat16, the type itself otherwise); the backends

@@ -1,5 +1,5 @@
 // Internal (ops backends). Planning an elementwise iteration on the host, shared by the CPU
-// loops (ops/cpu/loops.h) and the CUDA launcher (ops/cuda/elementwise.cuh).
+// loops (ops/cpu/loops.h) and the CUDA launcher (ops/cuda/elementwise/elementwise.cuh).
 //
 // operands[0] is the output; the others broadcast to its shape (stride 0 where they do). Dims of
 // size 1 are dropped, the rest are ordered by the output's strides, largest first (so a

@@ -5,8 +5,8 @@
 #include "nabla/core/tensor.h"
 #include "nabla/ops/conv.h"
 #include "nabla/ops/cpu/conv_kernels.h"
-#include "nabla/ops/cuda/conv_kernels.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/routes.h"
 

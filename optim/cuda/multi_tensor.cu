@@ -1,5 +1,5 @@
 // Fused multi-tensor SGD and Adam(W) updates for float32 tensors on CUDA, in tables of up to
-// kMaxTensors parameters a launch (ops/cuda/tensor_table.cuh), so a group of up to kMaxTensors
+// kMaxTensors parameters a launch (ops/cuda/elementwise/tensor_table.cuh), so a group of up to kMaxTensors
 // parameters takes one launch, and larger groups one per table. Arithmetic is float, as in
 // PyTorch's fused optimizers.
 #include <cuda_runtime.h>
@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "nabla/core/error.h"
-#include "nabla/ops/cuda/tensor_table.cuh"
+#include "nabla/ops/cuda/elementwise/tensor_table.cuh"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/reduce.h"

@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "nabla/core/cuda/memory.h"
-#include "nabla/ops/cuda/attention_kernels.h"
+#include "nabla/ops/cuda/attention/kernels.h"
 #include "parity_util.h"
 
 namespace nabla {
@@ -76,7 +76,7 @@ const char* name(AttentionBackend b) {
 }
 
 // Whether cuDNN takes the case, forward and backward (it may refuse on some cuDNN versions:
-// attention_cudnn.cpp); the reason when it does not.
+// attention/cudnn.cpp); the reason when it does not.
 std::string cudnn_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
                           bool causal) {
   const auto empty_like_q = [&] { return Tensor::empty(q.sizes(), q.options()); };

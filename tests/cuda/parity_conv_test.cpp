@@ -13,7 +13,7 @@
 #include <cmath>
 #include <limits>
 
-#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
 #include "nabla/ops/detail/layer_checks.h"
 #include "parity_util.h"
 

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "nabla/ops/cpu/kernels.h"
-#include "nabla/ops/cuda/kernels.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
 #include "parity_util.h"
 
 namespace nabla {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "batch_norm_util.h"
-#include "nabla/ops/cuda/norm_kernels.h"
+#include "nabla/ops/cuda/norm/kernels.h"
 #include "parity_util.h"
 
 namespace nabla {

@@ -1,6 +1,6 @@
 // CUDA reductions against the CPU backend: sum, mean, var, norm, max/min with indices,
 // argmax/argmin and sum_to, for every dtype each supports. Shapes are chosen to reach every
-// kernel path of ops/cuda/reduce_launch.cuh (sub-warp, warp and block rows, long rows split
+// kernel path of ops/cuda/reduce/launch.cuh (sub-warp, warp and block rows, long rows split
 // over blocks, narrow and wide columns, full reductions past a million elements, per-channel
 // statistics of NCHW and channels_last tensors); layouts are read in place (transposed,
 // channels_last, two reduced runs) or copied first (strided, expanded, interleaved reduced

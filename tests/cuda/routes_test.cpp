@@ -6,7 +6,7 @@
 //    precision with TF32 off, and is further from it with TF32 on (the default);
 //  - the backward of a convolution, and of linear (matmul_tf32), runs on the routes in force at
 //    its forward, not at backward.
-#include "nabla/ops/cuda/conv_kernels.h"
+#include "nabla/ops/cuda/conv/kernels.h"
 #include "parity_util.h"
 
 namespace nabla {
