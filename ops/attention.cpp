@@ -1,5 +1,6 @@
 // scaled_dot_product_attention front end: validation, autocast, and the choice between the fused
-// CUDA kernels (ops/cuda/attention/flash_forward.cu) and the math path composed of differentiable ops.
+// path (the backend's, through the seam of ops/detail/attention.h) and the math path composed of
+// differentiable ops.
 //
 // The math path writes the (..., Tq, Tk) scores and keeps them for the backward, as PyTorch's
 // math backend does; it is the reference the fused kernels are tested against, and it serves
@@ -15,8 +16,8 @@
 #include <string>
 
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cuda/attention/kernels.h"
 #include "nabla/ops/detail/alias.h"
+#include "nabla/ops/detail/attention.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/dropout.h"
@@ -109,8 +110,8 @@ std::string fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
   if (o.mask.defined() && o.mask.requires_grad() && GradMode::is_enabled()) {
     return "the fused paths give no gradient for the mask";
   }
-  const bool ok = ops::dispatch(
-      kOp, q, [] { return false; }, [&] { return ops::cuda::flash_attention_supported(q, k, v); });
+  const bool ok =
+      ops::on_fused_attention(kOp, q, [&](const ops::FusedAttention& f) { return f.takes(q, k, v); });
   return ok ? "" : "the fused paths take float16/bfloat16 with D == Dv, a multiple of 8 up to 128";
 }
 
@@ -180,70 +181,45 @@ std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const T
   return out;
 }
 
-// cuDNN's fused attention where the backend allows it and it takes the problem, else the flash
-// kernels (or an error naming cuDNN's reason when cuDNN was asked for). The forward and the
-// backward choose independently: both paths keep the same lse (Note [cuDNN attention]).
-void forward_kernels(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask, bool causal,
-                     double scale, AttentionBackend backend, const Tensor& out, const Tensor& lse) {
-  ops::dispatch(
-      kOp, q, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
-      [&] {
-        std::string why = "cuDNN's fused attention here takes no mask";
-        if (backend != AttentionBackend::flash && !mask.defined() &&
-            ops::cuda::cudnn_attention_forward(q, k, v, causal, scale, out, lse, &why)) {
-          return;
-        }
-        NABLA_CHECK(backend != AttentionBackend::cudnn, "{}: backend cudnn cannot take these inputs: {}", kOp,
-                    why);
-        ops::cuda::flash_attention_forward(q, k, v, mask, causal, scale, out, lse);
-      });
-}
-
-void backward_kernels(const Tensor& dout, const TensorList& s, bool causal, double scale,
-                      AttentionBackend backend, bool deterministic, const Tensor& dq, const Tensor& dk,
-                      const Tensor& dv) {
-  ops::dispatch(
-      kOp, dout, [] { NABLA_ASSERT(false, "the fused attention path is CUDA only"); },
-      [&] {
-        std::string why = "cuDNN's fused attention here takes no mask";
-        if (backend != AttentionBackend::flash && !s[5].defined() &&
-            ops::cuda::cudnn_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], causal, scale,
-                                                deterministic, dq, dk, dv, &why)) {
-          return;
-        }
-        NABLA_CHECK(backend != AttentionBackend::cudnn, "{}: backend cudnn cannot take these inputs: {}", kOp,
-                    why);
-        ops::cuda::flash_attention_backward(dout, s[0], s[1], s[2], s[3], s[4], s[5], causal, scale, dq, dk,
-                                            dv);
-      });
-}
-
 Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const AttentionOptions& o,
                        double scale) {
   const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
-  const Tensor mask = additive_mask(o.mask, q, k);
-  const bool causal = o.causal;
-  const AttentionBackend backend = o.backend;
+  const ops::AttentionCall call{.q = q,
+                                .k = k,
+                                .v = v,
+                                .mask = additive_mask(o.mask, q, k),
+                                .causal = o.causal,
+                                .scale = scale,
+                                .backend = o.backend};
   // (B, H, Tq, D), viewed from a (B, Tq, H, D) buffer: Note [Attention layouts].
   Tensor out = Tensor::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options()).transpose(1, 2);
   Tensor lse = Tensor::empty({q.size(0), q.size(1), q.size(2)}, {.dtype = kFloat32, .device = q.device()});
-  forward_kernels(q, k, v, mask, causal, scale, backend, out, lse);
+  ops::on_fused_attention(kOp, q, [&](const ops::FusedAttention& f) { f.forward(call, out, lse); });
   if (autograd::needs_grad({q_in, k_in, v_in})) {
     const bool deterministic = routes().cudnn_deterministic;
-    autograd::record("ScaledDotProductAttentionBackward", {q_in, k_in, v_in}, {out},
-                     {q, k, v, out, lse, mask},
-                     [causal, scale, backend, deterministic](BackwardContext& ctx) -> TensorList {
-                       const auto& s = ctx.saved;
-                       NABLA_CHECK(!GradMode::is_enabled(),
-                                   "{}: double backward through the fused kernels is not "
-                                   "supported; use float32 for create_graph",
-                                   kOp);
-                       const std::array<Tensor, 3> d = gradient_buffers(s[0], s[1], s[2]);
-                       const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
-                       const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
-                       backward_kernels(dout, s, causal, scale, backend, deterministic, dq, dk, dv);
-                       return {dq, dk, dv};
-                     });
+    autograd::record(
+        "ScaledDotProductAttentionBackward", {q_in, k_in, v_in}, {out}, {q, k, v, out, lse, call.mask},
+        [causal = o.causal, scale, backend = o.backend, deterministic](BackwardContext& ctx) -> TensorList {
+          const auto& s = ctx.saved;
+          NABLA_CHECK(!GradMode::is_enabled(),
+                      "{}: double backward through the fused kernels is not "
+                      "supported; use float32 for create_graph",
+                      kOp);
+          const std::array<Tensor, 3> d = gradient_buffers(s[0], s[1], s[2]);
+          const Tensor &dq = d[0], &dk = d[1], &dv = d[2];
+          const Tensor dout = unit_last_stride(ctx.grad());  // any other strides
+          const ops::AttentionCall saved{.q = s[0],
+                                         .k = s[1],
+                                         .v = s[2],
+                                         .mask = s[5],
+                                         .causal = causal,
+                                         .scale = scale,
+                                         .backend = backend};
+          ops::on_fused_attention(kOp, dout, [&](const ops::FusedAttention& f) {
+            f.backward(saved, dout, s[3], s[4], deterministic, dq, dk, dv);
+          });
+          return {dq, dk, dv};
+        });
   }
   return out;
 }

@@ -240,7 +240,7 @@ Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tens
   const Tensor z = residual.defined() ? residual.contiguous(kChannelsLast) : Tensor();
   const Tensor w = weight.defined() ? weight.contiguous() : ones({c}, {.device = y.device()});
   const Tensor b = bias.defined() ? bias.contiguous() : zeros({c}, {.device = y.device()});
-  const ops::cpu::BatchNormStats stats{per_channel(c, y), per_channel(c, y)};
+  const ops::BatchNormStats stats{per_channel(c, y), per_channel(c, y)};
   const Tensor coefficients = per_channel(2 * c, y);  // scale, then shift
   Tensor out = empty_channels_last(y.sizes(), y);
   on_cuda("batch_norm_from_sums", y, [&] {
@@ -251,9 +251,16 @@ Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tens
     ops::cuda::batch_norm_apply(y, coefficients, z, relu, out);
   });
   if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
-  // The backward runs on nabla's kernels; with a ReLU, its mask reads out (not recomputed from y,
-  // whose statistics did not come from the kernels' forward).
-  ops::record_batch_norm(y, z, relu, w, b, out, stats, {.impl = ops::cuda::BatchNormImpl::Kernel}, bn.eps);
+  // The backward is the backend's default route (route 0: nabla's kernels); with a ReLU, its mask
+  // reads `out` (not recomputed from y, whose statistics did not come from the kernels' forward).
+  const ops::BatchNormSaved saved{.x = y,
+                                  .y = relu ? out : Tensor(),
+                                  .weight = w,
+                                  .bias = b,
+                                  .stats = stats,
+                                  .relu = relu,
+                                  .add = z.defined()};
+  ops::record_batch_norm(y, z, w, b, out, saved, bn.eps);
   return out;
 }
 

@@ -1,24 +1,23 @@
 // batch_norm, batch_norm_relu and batch_norm_add_relu front ends.
 //
-// x is handed to the kernels dense, in contiguous or channels_last order (a channels_last x is
+// x is handed to the backend dense, in contiguous or channels_last order (a channels_last x is
 // read in place and gives a channels_last y); anything else is copied first. The running stats
-// are updated by the kernels in place, outside autograd, and their version is bumped so that a
-// node that saved them notices. The training backward is one fused call (nabla's kernels, or
-// cuDNN's for channels_last float64, on CUDA); the eval backward is written with ops (it is a
-// per-channel scale).
+// are updated by the backend in place, outside autograd, and their version is bumped so that a
+// node that saved them notices. Training runs through the family's seam (ops/detail/batch_norm.h):
+// the backend's forward returns what its backward needs, and one node keeps it; which
+// implementation ran is the backend's business (the CUDA route table is
+// ops/cuda/batch_norm/routes.cpp). The eval backward is written with ops (a per-channel scale).
 //
-// The fused variants take nabla's fused BN + ReLU (+ add) kernels for contiguous and
-// channels_last float32/float16/bfloat16 input in training on CUDA; everywhere else they compose
-// batch_norm, add and relu, so every path gives the same values.
+// The fused variants run as one pass where the backend has a fused route for x (fuses_relu);
+// everywhere else they compose batch_norm, add and relu, so every path gives the same values.
 #include "nabla/ops/norm.h"
 
 #include <cmath>
 
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cpu/norm_kernels.h"
-#include "nabla/ops/cuda/norm/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/batch_norm.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
@@ -28,8 +27,11 @@
 namespace nabla {
 
 using autograd::BackwardContext;
-using ops::cpu::BatchNormInputs;
-using ops::cpu::BatchNormStats;
+using ops::BatchNormBackend;
+using ops::BatchNormGrads;
+using ops::BatchNormInputs;
+using ops::BatchNormSaved;
+using ops::BatchNormStats;
 
 namespace {
 
@@ -130,23 +132,22 @@ void bump_running_stats(const Tensor& running_mean, const Tensor& running_var) {
   running_var.bump_version();
 }
 
-// The training-mode backward: dx, dweight, dbias from one kernel.
-TensorList batch_norm_backward(const Tensor& grad, const Tensor& x, const Tensor& weight,
-                               const BatchNormStats& stats, const ops::cuda::BatchNormForward& forward,
-                               double eps, const std::vector<bool>& needs) {
-  ops::cuda::BatchNormGrads g;
+// The training-mode backward: dx, dweight, dbias from one backend call.
+TensorList batch_norm_backward(const Tensor& grad, const BatchNormSaved& saved, double eps,
+                               const std::vector<bool>& needs) {
+  const Tensor& x = saved.x;
+  BatchNormGrads g;
   {
     NoGradGuard no_grad;
     const Tensor dy = grad.contiguous(format_of(x));
     g.dx = needs[0] ? empty_like_layout(x) : Tensor();
     g.dweight = needs[1] ? per_channel_empty(x) : Tensor();
     g.dbias = needs[2] ? per_channel_empty(x) : Tensor();
-    ops::dispatch(
-        "batch_norm_backward", x,
-        [&] { ops::cpu::batch_norm_backward(dy, x, weight, stats, g.dx, g.dweight, g.dbias); },
-        [&] { ops::cuda::batch_norm_backward(dy, x, weight, stats, forward, eps, g); });
+    ops::on_batch_norm_backend("batch_norm_backward", x,
+                               [&](const BatchNormBackend& b) { b.backward(dy, saved, eps, g); });
   }
-  autograd::refuse_double_backward("batch_norm_backward", {grad, x, weight}, {g.dx, g.dweight, g.dbias});
+  autograd::refuse_double_backward("batch_norm_backward", {grad, x, saved.weight},
+                                   {g.dx, g.dweight, g.dbias});
   return {g.dx, g.dweight, g.dbias};
 }
 
@@ -156,13 +157,12 @@ Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& 
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
   const BatchNormInputs in{x, weight, bias, running_mean, running_var};
-  ops::cuda::BatchNormForward forward;
-  ops::dispatch(
-      "batch_norm_forward", x,
-      [&] { ops::cpu::batch_norm_forward(in, y, stats, options.momentum, options.eps); },
-      [&] { forward = ops::cuda::batch_norm_forward(in, y, stats, options.momentum, options.eps); });
+  const BatchNormSaved saved =
+      ops::on_batch_norm_backend("batch_norm_forward", x, [&](const BatchNormBackend& b) {
+        return b.forward(in, Tensor(), /*relu=*/false, y, stats, options.momentum, options.eps);
+      });
   bump_running_stats(running_mean, running_var);
-  ops::record_batch_norm(x, Tensor(), false, weight, bias, y, stats, forward, options.eps);
+  ops::record_batch_norm(x, Tensor(), weight, bias, y, saved, options.eps);
   return y;
 }
 
@@ -170,9 +170,8 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
                        const Tensor& running_var, double eps) {
   Tensor y = empty_like_layout(x);
   const BatchNormInputs in{x, weight, bias, running_mean, running_var};
-  ops::dispatch(
-      "batch_norm_inference", x, [&] { ops::cpu::batch_norm_inference(in, y, eps); },
-      [&] { ops::cuda::batch_norm_inference(in, y, eps); });
+  ops::on_batch_norm_backend("batch_norm_inference", x,
+                             [&](const BatchNormBackend& b) { b.inference(in, y, eps); });
   if (autograd::needs_grad({x, weight, bias})) {
     // y = (x - running_mean) * invstd * weight + bias: a per-channel affine map of x.
     autograd::record("BatchNormEvalBackward", {x, weight, bias}, {y}, {x, weight, running_mean, running_var},
@@ -195,13 +194,12 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
   return y;
 }
 
-// ---- fused path: nabla's kernels --------------------------------------------------------------
+// ---- fused path: relu(bn(x) [+ z]) in one pass, where the backend has one -----------------
 
-bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
-  if (!options.training || !x.is_cuda()) return false;
-  if (x.is_contiguous()) return true;
-  // channels_last float64 composes (its batch norm runs on cuDNN).
-  return is_channels_last(x) && x.dtype() != kFloat64;
+bool takes_fused_route(const Tensor& x, const BatchNormOptions& options) {
+  return options.training &&
+         ops::on_batch_norm_backend("batch_norm_fuses_relu", x,
+                                    [&](const BatchNormBackend& b) { return b.fuses_relu(x); });
 }
 
 // `grad` is taken by value (the engine hands its buffer over): when nothing else holds it, one
@@ -210,8 +208,8 @@ bool takes_fused_kernel(const Tensor& x, const BatchNormOptions& options) {
 // same thing, so dz may alias dy whatever the kernel's order. For relu(bn(x)), dx goes over dy
 // (each thread reads its elements before it writes them). Either way backward holds one activation-sized
 // buffer less at this node, where the composed ops hold dy and the ReLU's gradient at once.
-TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& saved, double eps) {
-  ops::cuda::BatchNormGrads g;
+TensorList fused_backward(Tensor grad, const BatchNormSaved& saved, double eps) {
+  BatchNormGrads g;
   {
     NoGradGuard no_grad;
     const Tensor& x = saved.x;
@@ -227,10 +225,8 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
     g.dx = dx_over_dy ? dy : empty_like_layout(x);
     g.dweight = per_channel_empty(x);
     g.dbias = per_channel_empty(x);
-    ops::dispatch(
-        "batch_norm_fused_backward", x,
-        [] { NABLA_ASSERT(false, "a fused batch-norm node on a CPU tensor: the fused path is CUDA only"); },
-        [&] { ops::cuda::batch_norm_fused_backward(dy, saved, eps, g); });
+    ops::on_batch_norm_backend("batch_norm_fused_backward", x,
+                               [&](const BatchNormBackend& b) { b.backward(dy, saved, eps, g); });
   }
   const char* name = saved.add ? "batch_norm_add_relu_backward" : "batch_norm_relu_backward";
   autograd::refuse_double_backward(name, {grad, saved.x, saved.weight},
@@ -238,7 +234,7 @@ TensorList fused_backward(Tensor grad, const ops::cuda::FusedBatchNormSaved& sav
   return {g.dx, g.dresidual, g.dweight, g.dbias};
 }
 
-// The fused forward (takes_fused_kernel(x) holds).
+// The fused forward (takes_fused_route(x) holds).
 Tensor fused_forward(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                      const Tensor& running_mean, const Tensor& running_var, const BatchNormOptions& options) {
   const TensorOptions params{.dtype = param_dtype(x.dtype()), .device = x.device()};
@@ -247,16 +243,13 @@ Tensor fused_forward(const Tensor& x, const Tensor& residual, const Tensor& weig
   const Tensor z = residual.defined() ? residual.contiguous(format_of(x)) : Tensor();
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
-  ops::cuda::BatchNormForward forward;
-  ops::dispatch(
-      "batch_norm_fused_forward", x,
-      [] { NABLA_ASSERT(false, "the fused batch-norm kernels are CUDA only (takes_fused_kernel)"); },
-      [&] {
-        forward = ops::cuda::batch_norm_fused_forward({x, w, b, running_mean, running_var}, z, y, stats,
-                                                      options.momentum, options.eps);
+  const BatchNormInputs in{x, w, b, running_mean, running_var};
+  const BatchNormSaved saved =
+      ops::on_batch_norm_backend("batch_norm_fused_forward", x, [&](const BatchNormBackend& backend) {
+        return backend.forward(in, z, /*relu=*/true, y, stats, options.momentum, options.eps);
       });
   bump_running_stats(running_mean, running_var);
-  ops::record_batch_norm(x, z, true, w, b, y, stats, forward, options.eps);
+  ops::record_batch_norm(x, z, w, b, y, saved, options.eps);
   return y;
 }
 
@@ -272,7 +265,7 @@ Tensor fused_batch_norm(const char* op, const Tensor& x_arg, const Tensor& resid
                 "{}: expected a residual of the input's shape, dtype and device ({}), got {}", op,
                 describe(x_in), describe(residual));
   }
-  if (takes_fused_kernel(x_in, options))
+  if (takes_fused_route(x_in, options))
     return fused_forward(x_in, residual, weight, bias, running_mean, running_var, options);
   // The composed path: batch_norm's output (or the sum) is a fresh tensor that batch_norm's
   // backward does not save, so the ReLU overwrites it instead of allocating a third activation.
@@ -306,35 +299,34 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                           options);
 }
 
-void ops::record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, const Tensor& weight,
-                            const Tensor& bias, const Tensor& y, const BatchNormStats& stats,
-                            const cuda::BatchNormForward& forward, double eps) {
-  const cuda::BatchNormImpl impl = forward.impl;
-  if (!relu) {
+// The node keeps what the backend saved, its tensors as the node's saved tensors (version-checked
+// and released with the node) and the rest by value, and hands it back to the backend unread.
+void ops::record_batch_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                            const Tensor& y, const BatchNormSaved& saved, double eps) {
+  const TensorList kept = {
+      saved.x, saved.y, saved.weight, saved.bias, saved.stats.mean, saved.stats.invstd, saved.reserve};
+  const auto restore = [route = saved.route, relu = saved.relu, add = saved.add](const TensorList& s) {
+    return BatchNormSaved{.x = s[0],
+                          .y = s[1],
+                          .weight = s[2],
+                          .bias = s[3],
+                          .stats = {s[4], s[5]},
+                          .reserve = s[6],
+                          .route = route,
+                          .relu = relu,
+                          .add = add};
+  };
+  if (!saved.relu) {
     if (!autograd::needs_grad({x, weight, bias})) return;
-    autograd::record(
-        "BatchNormBackward", {x, weight, bias}, {y}, {x, weight, stats.mean, stats.invstd, forward.reserve},
-        [eps, impl](BackwardContext& ctx) {
-          const auto& s = ctx.saved;
-          const cuda::BatchNormForward fwd{.impl = impl, .reserve = s[4]};
-          return batch_norm_backward(ctx.grad(), s[0], s[1], {s[2], s[3]}, fwd, eps, ctx.needs_input_grad);
-        });
+    autograd::record("BatchNormBackward", {x, weight, bias}, {y}, kept, [eps, restore](BackwardContext& ctx) {
+      return batch_norm_backward(ctx.grad(), restore(ctx.saved), eps, ctx.needs_input_grad);
+    });
     return;
   }
   if (!autograd::needs_grad({x, residual, weight, bias})) return;
-  const bool add = residual.defined();
-  autograd::record(add ? "BatchNormAddReluBackward" : "BatchNormReluBackward", {x, residual, weight, bias},
-                   {y}, {x, y, weight, bias, stats.mean, stats.invstd},
-                   [eps, add, impl](BackwardContext& ctx) {
-                     const auto& s = ctx.saved;
-                     const cuda::FusedBatchNormSaved saved{.x = s[0],
-                                                           .y = s[1],
-                                                           .weight = s[2],
-                                                           .bias = s[3],
-                                                           .stats = {s[4], s[5]},
-                                                           .add = add,
-                                                           .impl = impl};
-                     return fused_backward(std::move(ctx.grads[0]), saved, eps);
+  autograd::record(saved.add ? "BatchNormAddReluBackward" : "BatchNormReluBackward",
+                   {x, residual, weight, bias}, {y}, kept, [eps, restore](BackwardContext& ctx) {
+                     return fused_backward(std::move(ctx.grads[0]), restore(ctx.saved), eps);
                    });
 }
 

@@ -21,7 +21,7 @@
 
 #include "../timing.h"
 #include "nabla/nabla.h"
-#include "nabla/ops/cuda/norm/kernels.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 
 namespace {
 
@@ -74,9 +74,9 @@ Buffers make_buffers(const LayerShape& s, DType dtype, MemoryFormat format) {
 // nabla's kernels: the fused BN + ReLU forward, and its backward reading the ReLU's mask from y
 // or recomputing it from x.
 Times time_kernels(Buffers& b, int runs) {
-  const kernels::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
-  const kernels::BatchNormStats stats{b.mean, b.invstd};
-  const kernels::BatchNormGrads grads{.dx = b.dx, .dresidual = Tensor(), .dweight = b.dw, .dbias = b.db};
+  const nabla::ops::BatchNormInputs in{b.x, b.w, b.b, b.running_mean, b.running_var};
+  const nabla::ops::BatchNormStats stats{b.mean, b.invstd};
+  const nabla::ops::BatchNormGrads grads{.dx = b.dx, .dresidual = Tensor(), .dweight = b.dw, .dbias = b.db};
   const auto forward = [&] {
     kernels::batch_norm_forward_kernel(in, b.y, stats, 0.1, kEps, Tensor(), /*relu=*/true);
   };

@@ -1,8 +1,10 @@
 // CPU batch norm and layer norm, forward and backward.
 //
-// Batch norm reads x in place as `outer` blocks of (C, inner) (see norm_kernels.h), so a
-// channels_last input is never transposed. Per-channel sums are deterministic: the work split
-// depends only on the shape, never on the thread count. Two layouts of work:
+// Batch norm (the CPU backend of ops/detail/batch_norm.h) reads x (N, C, *), dense in contiguous
+// or channels_last order, in place as `outer` blocks of (C, inner) elements (inner = prod(*) for
+// contiguous x, 1 for channels_last or (N, C) x), so a channels_last input is never transposed. Per-channel
+// sums are deterministic: the work split depends only on the shape, never on the thread count. Two layouts of
+// work:
 //  - blocks of many elements (contiguous x with a large H * W): one task per channel, each
 //    summing its runs of `inner` contiguous elements;
 //  - small blocks (channels_last, (N, C), small images): tasks over chunks of blocks, each
@@ -23,6 +25,7 @@
 
 #include "nabla/ops/cpu/loops.h"
 #include "nabla/ops/cpu/norm_kernels.h"
+#include "nabla/ops/detail/batch_norm.h"
 #include "nabla/ops/detail/channel_blocks.h"
 
 namespace nabla::ops::cpu {
@@ -292,13 +295,15 @@ void layer_norm_backward_typed(const Tensor& dy_t, const Tensor& x_t, const Tens
   }
 }
 
-}  // namespace
-
-void batch_norm_forward(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                        double momentum, double eps) {
+// The CPU batch-norm backend (ops/detail/batch_norm.h): one route, no fused forms (front ends
+// compose batch_norm, add and relu on the CPU).
+BatchNormSaved batch_norm_forward(const BatchNormInputs& in, const Tensor& z, bool relu, const Tensor& y,
+                                  const BatchNormStats& stats, double momentum, double eps) {
+  NABLA_ASSERT(!relu && !z.defined(), "batch norm: the CPU backend has no fused ReLU or add");
   dispatch<TypeSet::Floating>(in.x.dtype(), "batch_norm", [&]<typename T>() {
     batch_norm_forward_typed<T>(in, y, stats, momentum, eps);
   });
+  return {.x = in.x, .weight = in.weight, .stats = stats};
 }
 
 void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps) {
@@ -307,12 +312,18 @@ void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps
                               [&]<typename T>() { batch_norm_inference_typed<T>(in, y, eps); });
 }
 
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
-                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
-  dispatch<TypeSet::Floating>(x.dtype(), "batch_norm_backward", [&]<typename T>() {
-    batch_norm_backward_typed<T>(dy, x, weight, stats, dx, dweight, dbias);
+void batch_norm_backward(const Tensor& dy, const BatchNormSaved& s, double /*eps*/, const BatchNormGrads& g) {
+  dispatch<TypeSet::Floating>(s.x.dtype(), "batch_norm_backward", [&]<typename T>() {
+    batch_norm_backward_typed<T>(dy, s.x, s.weight, s.stats, g.dx, g.dweight, g.dbias);
   });
 }
+
+}  // namespace
+
+const BatchNormBackend kBatchNorm{.fuses_relu = [](const Tensor&) { return false; },
+                                  .forward = batch_norm_forward,
+                                  .inference = batch_norm_inference,
+                                  .backward = batch_norm_backward};
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd, RowNorm kind) {

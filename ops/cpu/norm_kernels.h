@@ -1,36 +1,11 @@
-// Internal. CPU kernels for batch norm and layer norm. The front ends (ops/norm.cpp,
-// ops/layer_norm.cpp) validate, pick the layout and allocate; these only compute.
-//
-// Batch norm sees x (N, C, *) dense in contiguous or channels_last order, that is as `outer`
-// blocks of (C, inner) elements: inner = prod(*) for contiguous x and 1 for channels_last (or
-// (N, C)) x. y, dy and dx share x's strides. Per-channel tensors are (C), contiguous, in the
-// parameter dtype (float32 for float16/bfloat16 x, x's dtype otherwise).
+// Internal. CPU kernels for layer norm and RMS norm. The front end (ops/layer_norm.cpp)
+// validates, picks the layout and allocates; these only compute. CPU batch norm is reached
+// through its family's seam (ops/detail/batch_norm.h; defined in ops/cpu/norm.cpp).
 #pragma once
 
 #include "nabla/core/tensor.h"
 
 namespace nabla::ops::cpu {
-
-// The inputs of one batch-norm call; weight, bias and the running stats may be undefined.
-struct BatchNormInputs {
-  Tensor x, weight, bias, running_mean, running_var;
-};
-
-// The per-channel results of a training forward that its backward needs: the batch mean and
-// 1 / sqrt(biased var + eps).
-struct BatchNormStats {
-  Tensor mean, invstd;
-};
-
-// Training: normalizes with the batch statistics, writes them to `stats`, and updates the
-// running stats (if defined) in place with the unbiased variance. Needs N * prod(*) > 1.
-void batch_norm_forward(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                        double momentum, double eps);
-// Eval: normalizes with the running stats.
-void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps);
-// Training-mode backward. dx, dweight and dbias may each be undefined (not needed).
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
-                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias);
 
 // Which row normalization: layer norm centres each row on its mean; RMS norm does not (its row
 // mean is taken as 0, so xhat = x * rstd and the backward drops the mean(g) term).

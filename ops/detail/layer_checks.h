@@ -6,7 +6,7 @@
 #include "nabla/ops/conv.h"
 #include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/cuda/conv/kernels.h"
-#include "nabla/ops/cuda/norm/kernels.h"
+#include "nabla/ops/detail/batch_norm.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/routes.h"
 
@@ -24,12 +24,11 @@ void record_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, co
 void validate_batch_norm(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var,
                          const BatchNormOptions& options);
-// Records the autograd node of a training batch norm whose forward has run, y from x (weight and
-// bias defined when relu): BatchNormBackward, whose backward runs where `forward` ran (cuDNN for
-// channels_last float64, else nabla's kernels), or with relu the fused relu(bn(x) [+ residual])
-// node, whose backward runs on nabla's kernels.
-void record_batch_norm(const Tensor& x, const Tensor& residual, bool relu, const Tensor& weight,
-                       const Tensor& bias, const Tensor& y, const cpu::BatchNormStats& stats,
-                       const cuda::BatchNormForward& forward, double eps);
+// Records the autograd node of a training batch norm whose forward has run through the
+// backend seam (ops/detail/batch_norm.h), y from x (+ residual, relu'd when saved.relu):
+// BatchNormBackward, or the fused relu(bn(x) [+ residual]) node. Either hands `saved` back to the
+// backend's backward.
+void record_batch_norm(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                       const Tensor& y, const BatchNormSaved& saved, double eps);
 
 }  // namespace nabla::ops

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "nabla/ops/cuda/norm/kernels.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "parity_util.h"
 
 namespace nabla::testing {

@@ -121,6 +121,20 @@ void expect_fused_matches_float32(const Case& c, DType dtype, AttentionBackend b
   EXPECT_LT(relative_error(fused.dv, ref.dv), 2 * tol) << what << " dv";
 }
 
+// The user's backend choice that forces each route of the family (attention/routes.cpp): a route
+// added there fails here until it has one, so no route skips the parity cases below.
+AttentionBackend forcing(ops::cuda::AttentionRoute route) {
+  switch (route) {
+    case ops::cuda::AttentionRoute::Cudnn:
+      return AttentionBackend::cudnn;
+    case ops::cuda::AttentionRoute::Flash:
+      return AttentionBackend::flash;
+  }
+  ADD_FAILURE() << "no parity case forces the route " << ops::cuda::route_name(route);
+  return AttentionBackend::automatic;
+}
+
+// Every route of the fused-attention family, forced, against the float32 math path.
 TEST(CudaAttention, FusedMatchesTheFloat32MathPath) {
   SKIP_WITHOUT_GPU();
   const std::vector<Case> cases = {
@@ -129,7 +143,9 @@ TEST(CudaAttention, FusedMatchesTheFloat32MathPath) {
       {2, 2, 200, 200, 128, true, 2, false}, {2, 2, 65, 65, 128, false, 1, true},
       {1, 4, 256, 256, 64, true, 1, false},  {1, 1, 1, 33, 64, false, 0, false},
   };
-  for (AttentionBackend backend : {AttentionBackend::flash, AttentionBackend::cudnn}) {
+  for (const ops::cuda::AttentionRoute route : ops::cuda::attention_routes()) {
+    const AttentionBackend backend = forcing(route);
+    EXPECT_EQ(ops::cuda::attention_route({.backend = backend}), route) << ops::cuda::route_name(route);
     for (DType dtype : {kFloat16, kBFloat16}) {
       for (const Case& c : cases) expect_fused_matches_float32(c, dtype, backend);
     }

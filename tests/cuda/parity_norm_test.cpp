@@ -7,10 +7,12 @@
 // the generic ones else).
 #include <cmath>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "batch_norm_util.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/norm/kernels.h"
 #include "parity_util.h"
 
@@ -126,7 +128,7 @@ TEST(CudaParityBatchNorm, NablaKernelsSplitChannelSumsAndKeepTheVarianceOfAnOffs
       const Tensor xd = to_cuda(x), gd = to_cuda(g).contiguous(x.suggest_memory_format());
       const Tensor wd = to_cuda(w), bd = to_cuda(b), rmd = to_cuda(rm), rvd = to_cuda(rv);
       const Tensor y = empty_like(xd), dx = empty_like(xd), dw = empty_like(wd), db = empty_like(bd);
-      const ops::cuda::BatchNormStats stats{empty_like(wd), empty_like(wd)};
+      const ops::BatchNormStats stats{empty_like(wd), empty_like(wd)};
       ops::cuda::batch_norm_forward_kernel({xd, wd, bd, rmd, rvd}, y, stats, o.momentum, o.eps);
       ops::cuda::batch_norm_backward_kernel(gd, xd, wd, stats, {dx, {}, dw, db});
       const Tensor yi = empty_like(xd);
@@ -177,33 +179,67 @@ TEST(CudaParityBatchNorm, BFloat16OnNablaKernelsMatchesTheCpuAtResNetShapes) {
   }
 }
 
-// Channels_last training reports the route that ran, which its backward must take: cuDNN's Ex
-// kernels for float64 only; nabla's kernels for float32, float16 and bfloat16, plain and fused
-// (with an add and a ReLU; with a ReLU alone, whose backward recomputes the mask from x).
-TEST(CudaParityBatchNorm, ChannelsLastTrainingRunsOnCudnnForFloat64OnlyAndReportsIt) {
+// Every route of the CUDA batch-norm family (ops/cuda/batch_norm/routes.cpp) is taken by a case
+// here, as the route table chooses it, and the public op on that case matches the CPU (fused
+// 16-bit training against the float64 composition, which it rounds once). A training forward
+// reports the route that ran, and the backend's backward takes it. A route the cases miss fails
+// the test: a new route cannot skip parity.
+TEST(CudaParityBatchNorm, EveryRouteMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    DType dtype;
+    MemoryFormat format;
+    bool training;
+    int fused;  // 0: batch_norm, 1: batch_norm_relu, 2: batch_norm_add_relu
+  };
+  constexpr auto kCl = MemoryFormat::ChannelsLast, kNchw = MemoryFormat::Contiguous;
+  const Case cases[] = {
+      {"plain NCHW", kFloat32, kNchw, true, 0},   {"plain NHWC", kFloat16, kCl, true, 0},
+      {"plain NHWC", kBFloat16, kCl, true, 0},    {"plain NHWC", kFloat64, kCl, true, 0},
+      {"relu NHWC", kFloat16, kCl, true, 1},      {"relu NCHW", kFloat32, kNchw, true, 1},
+      {"add_relu NHWC", kBFloat16, kCl, true, 2}, {"add_relu NCHW", kFloat64, kNchw, true, 2},
+      {"eval NHWC", kFloat16, kCl, false, 0},     {"eval NHWC", kFloat64, kCl, false, 0},
+      {"eval NHWC", kBFloat16, kCl, false, 0},    {"eval NCHW", kFloat32, kNchw, false, 1},
+  };
   uint64_t seed = test_seed();
   const Shape shape = {8, 32, 7, 7};
-  for (DType dtype : kFloatDTypes) {
-    const DType pd = param_dtype(dtype);
+  std::set<ops::cuda::BatchNormRoute> covered;
+  for (const Case& c : cases) {
+    const DType pd = param_dtype(c.dtype);
+    const Tensor x = random_values(shape, ++seed, c.dtype).contiguous(c.format);
+    const Tensor z = random_values(shape, ++seed, c.dtype).contiguous(c.format);
+    const Tensor g = random_values(shape, ++seed, c.dtype);
+    const Tensor w = random_values({32}, ++seed, pd), b = random_values({32}, ++seed, pd);
+    const Tensor rm = random_values({32}, ++seed, pd), rv = random_values({32}, ++seed, pd, true);
+    const BatchNormOptions o{.training = c.training};
+    const auto route = ops::cuda::batch_norm_route(to_cuda(x), c.training, c.fused > 0, c.fused == 2, o.eps);
+    covered.insert(route);
+    const std::string what = context(c.name, c.dtype, ops::cuda::route_name(route));
+    const Tensor zi = c.fused == 2 ? z : Tensor();
+    const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, c.fused);
+    const bool fused_16bit = c.training && c.fused > 0 && (c.dtype == kFloat16 || c.dtype == kBFloat16);
+    if (fused_16bit) {
+      expect_one_rounding_match(gpu, composed_reference(x, z, w, b, rm, rv, g, o, c.fused == 2), c.dtype,
+                                what);
+    } else {
+      const BnRun cpu = run_batch_norm(x, w, b, rm, rv, g, Device::cpu(), o, zi, c.fused);
+      expect_runs_match(gpu, cpu, c.dtype, what);
+      if (c.fused == 2) EXPECT_TRUE(matches_cpu(gpu.dz, cpu.dz, output_tolerance(c.dtype))) << what << " dz";
+    }
+    if (!c.training) continue;
+    // The backend reports the route it ran, which is the one the table chose.
+    NoGradGuard no_grad;
+    const Tensor xc = to_cuda(x), y = empty_like(xc);
     const TensorOptions params{.dtype = pd, .device = Device::cuda()};
-    const Tensor x = to_cuda(random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast));
-    const Tensor z = to_cuda(random_values(shape, ++seed, dtype).contiguous(MemoryFormat::ChannelsLast));
-    const Tensor w = to_cuda(random_values({32}, ++seed, pd)), b = to_cuda(random_values({32}, ++seed, pd));
-    const Tensor y = empty_like(x);
-    const ops::cuda::BatchNormStats stats{empty({32}, params), empty({32}, params)};
-    const std::string what = context("channels_last training", dtype);
-    EXPECT_EQ(ops::cuda::batch_norm_forward({x, w, b, {}, {}}, y, stats, 0.1, 1e-5).impl,
-              dtype == kFloat64 ? ops::cuda::BatchNormImpl::CudnnEx : ops::cuda::BatchNormImpl::Kernel)
-        << what;
-    if (dtype == kFloat64) continue;  // the fused ops compose batch_norm, add and relu there
-    EXPECT_EQ(ops::cuda::batch_norm_fused_forward({x, w, b, {}, {}}, z, y, stats, 0.1, 1e-5).impl,
-              ops::cuda::BatchNormImpl::Kernel)
-        << what << " bn_add_relu";
-    EXPECT_EQ(ops::cuda::batch_norm_fused_forward({x, w, b, {}, {}}, {}, y, stats, 0.1, 1e-5).impl,
-              ops::cuda::BatchNormImpl::KernelReluFromX)
-        << what << " bn_relu";
+    const ops::BatchNormStats stats{empty({32}, params), empty({32}, params)};
+    const ops::BatchNormSaved saved = ops::cuda::kBatchNorm.forward({xc, to_cuda(w), to_cuda(b), {}, {}},
+                                                                    c.fused == 2 ? to_cuda(z) : Tensor(),
+                                                                    c.fused > 0, y, stats, 0.1, o.eps);
+    EXPECT_EQ(saved.route, static_cast<uint8_t>(route)) << what;
   }
+  for (const ops::cuda::BatchNormRoute route : ops::cuda::batch_norm_routes())
+    EXPECT_TRUE(covered.contains(route)) << "no parity case takes the route " << ops::cuda::route_name(route);
 }
 
 // nabla's fused channels_last 16-bit kernels round relu(bn(x) [+ z]) once: the composed CPU ops
@@ -310,17 +346,17 @@ TEST(CudaParityBatchNorm, ReluMaskFromXEqualsTheMaskFromTheOutput) {
                    dy = to_cuda(random_values(shape, ++seed, dtype).contiguous(format));
       const Tensor w = to_cuda(random_values({64}, ++seed, pd)), b = to_cuda(bh);
       const TensorOptions cuda_params{.dtype = pd, .device = Device::cuda()};
-      const ops::cuda::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
+      const ops::BatchNormStats stats{empty({64}, cuda_params), empty({64}, cuda_params)};
       const Tensor y = empty_like(x);
       ops::cuda::batch_norm_forward_kernel({x, w, b, {}, {}}, y, stats, 0.1, 1e-5, {}, /*relu=*/true);
       const auto backward = [&](bool from_x) {
-        const ops::cuda::BatchNormGrads g{
+        const ops::BatchNormGrads g{
             .dx = empty_like(x), .dweight = empty({64}, cuda_params), .dbias = empty({64}, cuda_params)};
         ops::cuda::batch_norm_backward_kernel(dy, x, w, stats, g, from_x ? Tensor() : y,
                                               {.on = from_x, .bias = from_x ? b : Tensor()});
         return g;
       };
-      const ops::cuda::BatchNormGrads from_y = backward(false), from_x = backward(true);
+      const ops::BatchNormGrads from_y = backward(false), from_x = backward(true);
       const std::string what =
           context("mask from x", dtype, format == MemoryFormat::ChannelsLast ? "channels_last" : "NCHW");
       for (const auto& [a, e, name] : {std::tuple{from_x.dx, from_y.dx, "dx"},

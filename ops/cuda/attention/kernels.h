@@ -1,5 +1,5 @@
-// Internal. CUDA entry points of fused (flash-style) attention, in plain C++ so the front end
-// (ops/attention.cpp) compiles without nvcc. Everything runs on the current stream of q's device,
+// Internal. CUDA entry points of fused attention (nabla's flash kernels and cuDNN's), in plain C++
+// so tests compile without nvcc. Everything runs on the current stream of q's device,
 // never synchronizes the host, and takes scratch memory only from the caching allocator.
 //
 // Shapes (every tensor on one CUDA device):
@@ -18,11 +18,22 @@
 // views of a (B, T, 3, H, D) or (B, T, 3C) buffer qualify); otherwise element by element.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "nabla/core/tensor.h"
+#include "nabla/ops/detail/attention.h"
 
 namespace nabla::ops::cuda {
+
+// The routes of a fused attention (route table: attention/routes.cpp). The front end reaches them
+// through the seam (ops/detail/attention.h); tests enumerate them.
+enum class AttentionRoute : uint8_t { Cudnn, Flash };
+std::span<const AttentionRoute> attention_routes();
+const char* route_name(AttentionRoute route);
+// The route a call prefers (Cudnn still falls back to Flash where cuDNN declines the problem).
+AttentionRoute attention_route(const AttentionCall& call);
 
 // True when the fused kernels take these inputs: float16/bfloat16, D == Dv, D a multiple of 8 and
 // at most 128, q/k/v on one CUDA device with one dtype.

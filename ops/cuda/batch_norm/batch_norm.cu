@@ -26,7 +26,7 @@
 #include "nabla/ops/cuda/batch_norm/sums.cuh"
 #include "nabla/ops/cuda/batch_norm/vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
-#include "nabla/ops/cuda/norm/kernels.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 
 namespace nabla::ops::cuda {
 

@@ -1,4 +1,4 @@
-// CUDA batch norm on cuDNN, and the choice between cuDNN and nabla's own kernels.
+// CUDA batch norm on cuDNN: the calls behind the cuDNN routes of batch_norm/routes.cpp.
 //
 // Note [cuDNN batch norm]
 // x reaches us dense, contiguous or channels_last (the front end sees to it). Only channels_last
@@ -27,9 +27,9 @@
 #include "nabla/core/cuda/check.h"
 #include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/cuda/handles.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/cudnn/descriptors.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
-#include "nabla/ops/cuda/norm/kernels.h"
 
 namespace nabla::ops::cuda {
 
@@ -46,17 +46,6 @@ bool ran(cudnnStatus_t status, const char* call, int line) {
 
 bool is_nhwc(const Tensor& x) {
   return x.dim() == 4 && !x.is_contiguous();
-}
-
-// Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
-bool cudnn_can_take(const Tensor& x, bool training, double eps) {
-  const int64_t limit = training ? 880801 : 65535;
-  if (!is_nhwc(x)) return false;
-  if (training && x.dtype() != kFloat64) return false;
-  if (x.dtype() == kBFloat16) return false;
-  if (x.size(0) > limit || x.numel() >= INT_MAX) return false;
-  if (eps < CUDNN_BN_MIN_EPSILON) return false;
-  return true;
 }
 
 // The scaling factors cuDNN blends with: double for float64 data, float otherwise.
@@ -167,65 +156,42 @@ bool backward_ex(const Tensor& dy, const Tensor& x, const Tensor& weight, const 
 
 }  // namespace
 
-BatchNormForward batch_norm_forward(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
-                                    double momentum, double eps) {
+// Shapes and dtypes cuDNN takes at all (see the Note); the rest goes to nabla's kernels.
+bool cudnn_batch_norm_takes(const Tensor& x, bool training, double eps) {
+  const int64_t limit = training ? 880801 : 65535;
+  if (!is_nhwc(x)) return false;
+  if (training && x.dtype() != kFloat64) return false;
+  if (x.dtype() == kBFloat16) return false;
+  if (x.size(0) > limit || x.numel() >= INT_MAX) return false;
+  if (eps < CUDNN_BN_MIN_EPSILON) return false;
+  return true;
+}
+
+std::optional<Tensor> cudnn_batch_norm_forward(const BatchNormInputs& in, const Tensor& y,
+                                               const BatchNormStats& stats, double momentum, double eps) {
+  nabla::cuda::DeviceGuard device(in.x.device().index);
+  return forward_ex(in, y, stats, momentum, eps);
+}
+
+bool cudnn_batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps) {
   const Tensor& x = in.x;
-  if (cudnn_can_take(x, /*training=*/true, eps)) {
-    nabla::cuda::DeviceGuard device(x.device().index);
-    std::optional<Tensor> reserve = forward_ex(in, y, stats, momentum, eps);
-    if (reserve) return {.impl = BatchNormImpl::CudnnEx, .reserve = *reserve};
-  }
-  batch_norm_forward_kernel(in, y, stats, momentum, eps);
-  return {.impl = BatchNormImpl::Kernel, .reserve = Tensor()};
+  nabla::cuda::DeviceGuard device(x.device().index);
+  const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
+  const auto [w, b] = affine_params(in, in.running_mean.dtype());
+  const Blend blend(x.dtype());
+  return NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardInference(
+      nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), d.x.get(),
+      x.data_ptr(), d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(),
+      in.running_mean.data_ptr(), in.running_var.data_ptr(), eps));
 }
 
-void batch_norm_inference(const BatchNormInputs& in, const Tensor& y, double eps) {
-  const Tensor& x = in.x;
-  if (x.numel() == 0) return;
-  if (cudnn_can_take(x, /*training=*/false, eps)) {
-    nabla::cuda::DeviceGuard device(x.device().index);
-    const Descs d(x, CUDNN_BATCHNORM_SPATIAL);
-    const auto [w, b] = affine_params(in, in.running_mean.dtype());
-    const Blend blend(x.dtype());
-    if (NABLA_CUDNN_RAN(cudnnBatchNormalizationForwardInference(
-            nabla::cuda::cudnn_handle(), CUDNN_BATCHNORM_SPATIAL, blend.one(), blend.zero(), d.x.get(),
-            x.data_ptr(), d.x.get(), y.data_ptr(), d.param.get(), w.data_ptr(), b.data_ptr(),
-            in.running_mean.data_ptr(), in.running_var.data_ptr(), eps))) {
-      return;
-    }
-  }
-  batch_norm_inference_kernel(in, y, eps);
-}
-
-void batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const BatchNormStats& stats,
-                         const BatchNormForward& forward, double eps, const BatchNormGrads& grads) {
-  NABLA_ASSERT(forward.impl != BatchNormImpl::KernelReluFromX,
-               "batch_norm_backward: a fused ReLU forward goes to batch_norm_fused_backward");
-  if (!on_kernels(forward.impl)) {
-    nabla::cuda::DeviceGuard device(x.device().index);
-    const BatchNormGrads g = with_all_param_grads(grads, x, stats);
-    const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
-    if (backward_ex(dy, x, w, stats, forward.reserve, eps, g)) return;
-  }
-  // The saved mean and inverse std are the same pair whichever path made them.
-  batch_norm_backward_kernel(dy, x, weight, stats, grads);
-}
-
-BatchNormForward batch_norm_fused_forward(const BatchNormInputs& in, const Tensor& z, const Tensor& y,
-                                          const BatchNormStats& stats, double momentum, double eps) {
-  batch_norm_forward_kernel(in, y, stats, momentum, eps, z, /*relu=*/true);
-  return {.impl = z.defined() ? BatchNormImpl::Kernel : BatchNormImpl::KernelReluFromX, .reserve = Tensor()};
-}
-
-void batch_norm_fused_backward(const Tensor& dy, const FusedBatchNormSaved& s, double eps,
+bool cudnn_batch_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                               const BatchNormStats& stats, const Tensor& reserve, double eps,
                                const BatchNormGrads& grads) {
-  NABLA_ASSERT(on_kernels(s.impl),
-               "batch_norm_fused_backward: the fused forward runs on nabla's kernels only");
-  if (s.impl == BatchNormImpl::KernelReluFromX) {
-    batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, {}, {.on = true, .bias = s.bias});
-    return;
-  }
-  batch_norm_backward_kernel(dy, s.x, s.weight, s.stats, grads, s.y);
+  nabla::cuda::DeviceGuard device(x.device().index);
+  const BatchNormGrads g = with_all_param_grads(grads, x, stats);
+  const Tensor w = weight.defined() ? weight : filled_params(x, stats.mean.dtype(), 1.0);
+  return backward_ex(dy, x, w, stats, reserve, eps, g);
 }
 
 }  // namespace nabla::ops::cuda

@@ -350,7 +350,7 @@ bool conv2d_backward_input_relu_mask(const Tensor& grad_y, const Tensor& w, cons
 }
 
 bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w, const Tensor& x,
-                                           const BatchNormSaved& bn, const Tensor& grad_pre,
+                                           const BatchNormParams& bn, const Tensor& grad_pre,
                                            const BatchNormBackwardCoefficients& out, const ConvParams& p,
                                            const Routes& routes, std::string* why) {
   if (std::string problem = layout_problem({&grad_z, &w, &x, &grad_pre}, {}, p); !problem.empty())

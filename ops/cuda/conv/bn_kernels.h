@@ -12,8 +12,8 @@
 
 #include "nabla/core/tensor.h"
 #include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/conv/kernels.h"
-#include "nabla/ops/cuda/norm/kernels.h"
 
 namespace nabla::ops::cuda {
 
@@ -44,7 +44,7 @@ bool conv2d_backward_input_relu_mask(const Tensor& grad_y, const Tensor& w, cons
 
 // What a training batch norm saved, all (C) float32: the batch mean and inverse standard
 // deviation, and its affine weight (gamma) and bias (beta).
-struct BatchNormSaved {
+struct BatchNormParams {
   Tensor mean, invstd, weight, bias;
 };
 // The batch norm's weight gradients and the per-channel coefficients of its input gradient
@@ -55,7 +55,7 @@ struct BatchNormBackwardCoefficients {
 // The backward of z = conv(relu(batch_norm(x)), w) as far as the batch norm's reductions:
 // grad_pre = dgrad(grad_z, w) where batch_norm(x) > 0, else 0, and `out` from grad_pre and x.
 bool conv2d_backward_input_batch_norm_relu(const Tensor& grad_z, const Tensor& w, const Tensor& x,
-                                           const BatchNormSaved& bn, const Tensor& grad_pre,
+                                           const BatchNormParams& bn, const Tensor& grad_pre,
                                            const BatchNormBackwardCoefficients& out, const ConvParams& p,
                                            const Routes& routes, std::string* why = nullptr);
 
