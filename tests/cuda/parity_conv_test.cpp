@@ -12,6 +12,8 @@
 // Errors are measured as max |actual - expected| / max |expected| per tensor.
 #include <cmath>
 #include <limits>
+#include <set>
+#include <string>
 
 #include "nabla/ops/cuda/conv/kernels.h"
 #include "nabla/ops/detail/layer_checks.h"
@@ -134,6 +136,53 @@ TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) 
       check_small_cases(dtype, channels_last, tolerance(dtype), seed += 100);
     }
   }
+}
+
+// Every route of the CUDA convolution family (ops/cuda/conv/routes.cpp) is taken, in some
+// direction, by a case here as the route table chooses it, and each case's output and three
+// gradients match the CPU in float64 on the same rounded inputs. A route the cases miss fails the
+// test: a new route cannot skip parity.
+TEST(CudaParityConv, EveryRouteMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const RoutesGuard routes_guard({.conv_tf32 = false});
+  struct RouteCase {
+    Case c;
+    DType dtype;
+    bool channels_last;
+  };
+  const RouteCase cases[] = {
+      {{"stem, folded", {2, 3, 16, 16}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}}, kBFloat16, true},
+      {{"depthwise stride 2", {2, 16, 14, 14}, {16, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 16}},
+       kFloat16,
+       true},
+      {{"pointwise 1x1", {2, 32, 6, 5}, {16, 32, 1, 1}, {}}, kFloat16, true},
+      {{"3x3, 16-bit channels_last", {2, 16, 9, 9}, {32, 16, 3, 3}, {.padding = 1}}, kBFloat16, true},
+      {{"3x3 float32 NCHW", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding = 1}}, kFloat32, false},
+  };
+  uint64_t seed = test_seed();
+  std::set<ops::cuda::ConvRoute> covered;
+  for (const auto& [c, dtype, channels_last] : cases) {
+    const Tensor x = make_input(c.x, ++seed, dtype, channels_last);
+    const Tensor w =
+        make_input(c.w, ++seed, dtype, channels_last) * (1.0 / std::sqrt(double(c.w[1] * c.w[2] * c.w[3])));
+    const Tensor b = make_input({c.w[0]}, ++seed, dtype, false);
+    const Shape out = conv2d(x.to(kFloat64), w.to(kFloat64), {}, c.options).sizes();
+    const Tensor g = make_input(out, ++seed, dtype, channels_last);
+    const Result ref = run_conv(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), g.to(kFloat64), c.options);
+    const Result r = run_conv(to_cuda(x), to_cuda(w), to_cuda(b), to_cuda(g), c.options);
+    std::string routes_taken;
+    for (const auto direction : {ops::cuda::ConvDirection::Forward, ops::cuda::ConvDirection::BackwardData,
+                                 ops::cuda::ConvDirection::BackwardWeight}) {
+      const auto route = ops::cuda::conv_route(direction, to_cuda(x), to_cuda(w), r.y,
+                                               ops::conv_params(c.options), routes());
+      covered.insert(route);
+      routes_taken += std::string(routes_taken.empty() ? "" : ", ") + ops::cuda::route_name(route);
+    }
+    const std::string what = context(c.name, dtype, routes_taken.c_str());
+    EXPECT_TRUE(results_close(r, ref, tolerance(dtype))) << what;
+  }
+  for (const ops::cuda::ConvRoute route : ops::cuda::conv_routes())
+    EXPECT_TRUE(covered.contains(route)) << "no parity case takes the route " << ops::cuda::route_name(route);
 }
 
 // Note [Strided convolutions of few channels as space-to-depth]: stride-2 channels_last

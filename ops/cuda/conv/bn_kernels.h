@@ -93,7 +93,6 @@ bool conv2d_forward_bias_relu(const Tensor& x, const Tensor& w, const Tensor& bi
 // [Grouped convolutions on the graph API] in conv/bn_fused.cpp), for one direction: x (or
 // grad_x), w (or grad_w) and y (or grad_y) are what the forward would see; the direction's
 // output is overwritten. channels_last float16/bfloat16, channel counts in 8s.
-enum class ConvDirection { Forward, BackwardData, BackwardWeight };
 bool conv2d_graph(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
                   const ConvParams& p, const Routes& routes, std::string* why = nullptr);
 

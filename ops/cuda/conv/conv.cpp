@@ -441,31 +441,40 @@ Tensor weight_matrix(const Tensor& w) {
 // ungrouped one does too outside deterministic mode: the legacy cudnnFind* list lacks engines the
 // graph API offers, and at ResNet-50's shapes its best 3x3 convolutions took up to 1.5x the graph
 // API's. Deterministic mode keeps the legacy list, whose deterministic choices are the ones the
-// bit-for-bit tests run on. The graph route refuses what it cannot take (float32, channels not
-// in 8s, NCHW), and then the legacy call runs.
-bool on_graph_api(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
-                  const ConvParams& p, const Routes& routes) {
-  if (p.groups == 1 && routes.cudnn_deterministic) return false;
-  return conv2d_graph(direction, x, w, y, p, routes);
+// bit-for-bit tests run on. The route table (conv/routes.cpp) sends the graph API only what it
+// takes (16-bit channels_last, channels in 8s); where it still declines, the legacy call runs.
+template <Direction D>
+void on_cudnn(ConvRoute route, const char* op, const Tensor& x, const Tensor& w, const Tensor& y,
+              const ConvParams& p, const Routes& routes) {
+  constexpr ConvDirection direction = D == Direction::Forward        ? ConvDirection::Forward
+                                      : D == Direction::BackwardData ? ConvDirection::BackwardData
+                                                                     : ConvDirection::BackwardWeight;
+  if (route == ConvRoute::GraphApi && conv2d_graph(direction, x, w, y, p, routes)) return;
+  run_direction<D>(op, x, w, y, p, routes);
 }
 
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
                     const ConvParams& p, const Routes& routes) {
-  if (takes_space_to_depth(x, w, y, p)) {
-    conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, routes);
-    return;
-  }
-  if (is_pointwise_gemm(x, w, p)) {
-    gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y), {.bias = bias, .allow_tf32 = routes.conv_tf32});
-    return;
+  const ConvRoute route = conv_route(ConvDirection::Forward, x, w, y, p, routes);
+  switch (route) {
+    case ConvRoute::SpaceToDepth:
+      conv2d_forward(space_to_depth_input(x, w, y, p), space_to_depth_weight(w), bias, y, {}, routes);
+      return;
+    case ConvRoute::PointwiseGemm:
+      gemm(pixel_rows(x), weight_matrix(w).t(), pixel_rows(y),
+           {.bias = bias, .allow_tf32 = routes.conv_tf32});
+      return;
+    case ConvRoute::DepthwiseKernel:  // a data-gradient route only
+    case ConvRoute::GraphApi:
+    case ConvRoute::Legacy:
+      break;
   }
   // channels_last 16-bit with a bias: the bias in the convolution's epilogue where cuDNN's
   // fusion engines take it, else a pass of its own.
   if (bias.defined() && conv2d_forward_bias_relu(x, w, bias, {}, false, y, p, routes)) return;
-  if (!on_graph_api(ConvDirection::Forward, x, w, y, p, routes))
-    run_direction<Direction::Forward>("conv2d", x, w, y, p, routes);
+  on_cudnn<Direction::Forward>(route, "conv2d", x, w, y, p, routes);
   if (bias.defined()) {
     // y += bias, broadcast over (N, H, W), in place with the elementwise kernel.
     Tensor b = ops::alias(bias, {1, bias.size(0), 1, 1}, {0, bias.stride(0), 0, 0}, bias.storage_offset());
@@ -538,16 +547,20 @@ bool conv2d_forward_relu(const Tensor& x, const Tensor& w, const Tensor& bias, c
 
 void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
                            const Routes& routes) {
-  if (depthwise_conv2d_backward_input_supported(grad_x, w, grad_y, p)) {
-    depthwise_conv2d_backward_input(grad_y, w, grad_x, p);
-    return;
+  const ConvRoute route = conv_route(ConvDirection::BackwardData, grad_x, w, grad_y, p, routes);
+  switch (route) {
+    case ConvRoute::DepthwiseKernel:
+      depthwise_conv2d_backward_input(grad_y, w, grad_x, p);
+      return;
+    case ConvRoute::PointwiseGemm:
+      gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = routes.conv_tf32});
+      return;
+    case ConvRoute::SpaceToDepth:  // a forward and filter-gradient route only
+    case ConvRoute::GraphApi:
+    case ConvRoute::Legacy:
+      on_cudnn<Direction::BackwardData>(route, "conv2d_backward_input", grad_x, w, grad_y, p, routes);
+      return;
   }
-  if (is_pointwise_gemm(grad_x, w, p)) {
-    gemm(pixel_rows(grad_y), weight_matrix(w), pixel_rows(grad_x), {.allow_tf32 = routes.conv_tf32});
-    return;
-  }
-  if (!on_graph_api(ConvDirection::BackwardData, grad_x, w, grad_y, p, routes))
-    run_direction<Direction::BackwardData>("conv2d_backward_input", grad_x, w, grad_y, p, routes);
 }
 
 bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
@@ -560,21 +573,26 @@ bool conv2d_backward_input_accumulate(const Tensor& grad_y, const Tensor& w, con
 
 void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
                             const Routes& routes) {
-  if (takes_space_to_depth(x, grad_w, grad_y, p)) {
-    const Tensor folded_x = space_to_depth_input(x, grad_w, grad_y, p);
-    const Tensor folded = Tensor::empty(
-        {grad_w.size(0), folded_x.size(1), (grad_w.size(2) + 1) / 2, (grad_w.size(3) + 1) / 2},
-        {.dtype = grad_w.dtype(), .device = grad_w.device(), .memory_format = MemoryFormat::ChannelsLast});
-    conv2d_backward_weight(grad_y, folded_x, folded, {}, routes);
-    weight_grad_from_space_to_depth(folded, grad_w);
-    return;
+  const ConvRoute route = conv_route(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, routes);
+  switch (route) {
+    case ConvRoute::SpaceToDepth: {
+      const Tensor folded_x = space_to_depth_input(x, grad_w, grad_y, p);
+      const Tensor folded = Tensor::empty(
+          {grad_w.size(0), folded_x.size(1), (grad_w.size(2) + 1) / 2, (grad_w.size(3) + 1) / 2},
+          {.dtype = grad_w.dtype(), .device = grad_w.device(), .memory_format = MemoryFormat::ChannelsLast});
+      conv2d_backward_weight(grad_y, folded_x, folded, {}, routes);
+      weight_grad_from_space_to_depth(folded, grad_w);
+      return;
+    }
+    case ConvRoute::PointwiseGemm:
+      gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = routes.conv_tf32});
+      return;
+    case ConvRoute::DepthwiseKernel:  // a data-gradient route only
+    case ConvRoute::GraphApi:
+    case ConvRoute::Legacy:
+      on_cudnn<Direction::BackwardFilter>(route, "conv2d_backward_weight", x, grad_w, grad_y, p, routes);
+      return;
   }
-  if (is_pointwise_gemm(x, grad_w, p)) {
-    gemm(pixel_rows(grad_y).t(), pixel_rows(x), weight_matrix(grad_w), {.allow_tf32 = routes.conv_tf32});
-    return;
-  }
-  if (!on_graph_api(ConvDirection::BackwardWeight, x, grad_w, grad_y, p, routes))
-    run_direction<Direction::BackwardFilter>("conv2d_backward_weight", x, grad_w, grad_y, p, routes);
 }
 
 bool conv2d_is_pointwise_gemm(const Tensor& act, const Tensor& w, const ConvParams& p) {

@@ -6,11 +6,32 @@
 // synchronizes the host, except the one-time algorithm search of benchmark mode.
 #pragma once
 
+#include <cstdint>
+#include <span>
+
 #include "nabla/core/tensor.h"
 #include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/routes.h"
 
 namespace nabla::ops::cuda {
+
+// The three computations of a convolution. Calls taking a direction see x (or grad_x), w (or
+// grad_w) and y (or grad_y) in their forward roles; the direction's output is overwritten.
+enum class ConvDirection { Forward, BackwardData, BackwardWeight };
+
+// Every route of a CUDA convolution (route table: conv/routes.cpp). conv2d_forward,
+// conv2d_backward_input and conv2d_backward_weight take the route conv_route gives them.
+enum class ConvRoute : uint8_t {
+  SpaceToDepth,     // a stride-2 convolution of few channels, folded to stride 1 and routed again
+  PointwiseGemm,    // a 1x1 stride-1 convolution as one cuBLASLt GEMM
+  DepthwiseKernel,  // nabla's stride-2 depthwise data-gradient kernel
+  GraphApi,         // cuDNN's backend graph API (falls back to Legacy where cuDNN declines)
+  Legacy,           // cuDNN's cudnnConvolution* calls
+};
+std::span<const ConvRoute> conv_routes();
+const char* route_name(ConvRoute route);
+ConvRoute conv_route(ConvDirection direction, const Tensor& x, const Tensor& w, const Tensor& y,
+                     const ConvParams& p, const Routes& routes);
 
 // y = conv(x, w) + bias (bias (O) or undefined).
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
