@@ -20,14 +20,15 @@
 // through conv2d fails with a clear error.
 #include "nabla/ops/conv.h"
 
+#include <optional>
+
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
-#include "nabla/ops/cpu/conv_kernels.h"
-#include "nabla/ops/cuda/conv/kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/conv.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
@@ -128,14 +129,18 @@ MemoryFormat conv_format(const Tensor& x, const Tensor& w) {
   return nhwc_strides || nhwc_weight ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
 }
 
-// The layout cuDNN runs in for activations of `format`: NCHW for float64 (no NHWC kernels).
-MemoryFormat cudnn_format(MemoryFormat format, DType dtype) {
-  return dtype == kFloat64 ? MemoryFormat::Contiguous : format;
-}
-
 Tensor to_float32(const Tensor& t) {
   return t.defined() ? t.to(kFloat32) : t;
 }
+
+// Marks the layout copies a CPU convolution makes (its kernels are NCHW only) for the memory
+// accounting of ops/copy.h; nothing elsewhere.
+struct StagingOnCpu {
+  std::optional<debug::CpuConvStagingScope> scope;
+  explicit StagingOnCpu(const Tensor& t) {
+    if (t.is_cpu()) scope.emplace();
+  }
+};
 
 // y = conv(x, w) + bias in x's memory format. Records no history.
 Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::ConvParams& p,
@@ -146,20 +151,13 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ops::
     return forward(x.to(kFloat32), w.to(kFloat32), to_float32(bias), p, out, routes).to(x.dtype());
   }
   const Tensor b = bias.defined() ? bias.contiguous() : bias;
-  return ops::dispatch(
-      "conv2d_forward", x,
-      [&] {
-        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-        Tensor y = empty_in(out, x, MemoryFormat::Contiguous);
-        ops::cpu::conv2d_forward(x.contiguous(), w.contiguous(), b, y, p);
-        return y.contiguous(format);
-      },
-      [&] {
-        const MemoryFormat run = cudnn_format(format, x.dtype());
-        Tensor y = empty_in(out, x, run);
-        if (y.numel() > 0) ops::cuda::conv2d_forward(x.contiguous(run), w.contiguous(run), b, y, p, routes);
-        return y.contiguous(format);
-      });
+  const StagingOnCpu staging(x);
+  return ops::on_convolution("conv2d_forward", x, [&](const ops::Convolution& conv) {
+    const MemoryFormat run = conv.layout(format, x.dtype());
+    Tensor y = empty_in(out, x, run);
+    if (y.numel() > 0) conv.forward(x.contiguous(run), w.contiguous(run), b, y, p, routes);
+    return y.contiguous(format);
+  });
 }
 
 // The gradient with respect to the input (shape `x_sizes`, layout `format`). Records no history.
@@ -169,42 +167,33 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
   if (w.is_cpu() && is_reduced_float(w.dtype())) {
     return input_gradient(grad_y.to(kFloat32), w.to(kFloat32), x_sizes, format, p, routes).to(w.dtype());
   }
-  return ops::dispatch(
-      "conv2d_backward_input", w,
-      [&] {
-        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-        Tensor gx = empty_in(x_sizes, w, MemoryFormat::Contiguous);
-        ops::cpu::conv2d_backward_input(grad_y.contiguous(), w.contiguous(), gx, p);
-        return gx.contiguous(format);
-      },
-      [&] {
-        const MemoryFormat run = cudnn_format(format, w.dtype());
-        Tensor gx = empty_in(x_sizes, w, run);
-        if (gx.numel() > 0) {
-          ops::cuda::conv2d_backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p, routes);
-        }
-        return gx.contiguous(format);
-      });
+  const StagingOnCpu staging(w);
+  return ops::on_convolution("conv2d_backward_input", w, [&](const ops::Convolution& conv) {
+    const MemoryFormat run = conv.layout(format, w.dtype());
+    Tensor gx = empty_in(x_sizes, w, run);
+    if (gx.numel() > 0) conv.backward_input(grad_y.contiguous(run), w.contiguous(run), gx, p, routes);
+    return gx.contiguous(format);
+  });
 }
 
 // The input gradient plus `pending`, the gradient other nodes already sent to x (the engine's
-// take_pending_gradient; undefined: none). Where the convolution runs as a GEMM and pending is a
-// buffer of the gradient's own layout that nothing else holds, the product accumulates into it
-// (Note [Pointwise convolutions as GEMMs]): the residual block's two gradients of its input, summed
-// without a pass of their own. Otherwise the two are added.
+// take_pending_gradient; undefined: none). Where the backend can sum into pending as it computes
+// (a convolution run as a GEMM: Note [Pointwise convolutions as GEMMs]) and pending is a buffer of
+// the gradient's own layout that nothing else holds, the product accumulates into it: the residual
+// block's two gradients of its input, summed without a pass of their own. Otherwise the two are
+// added.
 Tensor input_gradient_plus(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
                            const ops::ConvParams& p, const Tensor& pending, const Routes& routes) {
   if (!pending.defined()) return input_gradient(grad_y, w, x_sizes, format, p, routes);
-  if (w.is_cuda() && pending.is_cuda() && pending.device() == w.device() && pending.sizes() == x_sizes &&
-      pending.dtype() == w.dtype() && pending.is_contiguous(cudnn_format(format, w.dtype())) &&
+  if (pending.device() == w.device() && pending.sizes() == x_sizes && pending.dtype() == w.dtype() &&
       pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1) {
     NoGradGuard no_grad;
-    const MemoryFormat run = cudnn_format(format, w.dtype());
-    const bool accumulated = ops::dispatch(
-        "conv2d_backward_input", w, [] { return false; },
-        [&] {
-          return ops::cuda::conv2d_backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run),
-                                                             pending, p, routes);
+    const bool accumulated =
+        ops::on_convolution("conv2d_backward_input", w, [&](const ops::Convolution& conv) {
+          const MemoryFormat run = conv.layout(format, w.dtype());
+          return pending.is_contiguous(run) &&
+                 conv.backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run), pending, p,
+                                                routes);
         });
     if (accumulated) return pending.contiguous(format);
   }
@@ -219,22 +208,15 @@ Tensor weight_gradient(const Tensor& grad_y, const Tensor& x, const Tensor& w, c
     return weight_gradient(grad_y.to(kFloat32), x.to(kFloat32), w, p, routes).to(w.dtype());
   }
   const MemoryFormat w_format = w.suggest_memory_format();
-  return ops::dispatch(
-      "conv2d_backward_weight", x,
-      [&] {
-        debug::CpuConvStagingScope staging;  // the CPU kernels are NCHW only
-        Tensor gw = empty_in(w.sizes(), x, MemoryFormat::Contiguous);
-        ops::cpu::conv2d_backward_weight(grad_y.contiguous(), x.contiguous(), gw, p);
-        return gw.contiguous(w_format);
-      },
-      [&] {
-        const MemoryFormat format = cudnn_format(conv_format(x, w), x.dtype());
-        if (x.size(0) == 0)
-          return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
-        Tensor gw = empty_in(w.sizes(), x, format);
-        ops::cuda::conv2d_backward_weight(grad_y.contiguous(format), x.contiguous(format), gw, p, routes);
-        return gw.contiguous(w_format);
-      });
+  if (x.size(0) == 0)
+    return zeros(w.sizes(), {.dtype = x.dtype(), .device = x.device(), .memory_format = w_format});
+  const StagingOnCpu staging(x);
+  return ops::on_convolution("conv2d_backward_weight", x, [&](const ops::Convolution& conv) {
+    const MemoryFormat run = conv.layout(conv_format(x, w), x.dtype());
+    Tensor gw = empty_in(w.sizes(), x, run);
+    conv.backward_weight(grad_y.contiguous(run), x.contiguous(run), gw, p, routes);
+    return gw.contiguous(w_format);
+  });
 }
 
 }  // namespace
@@ -393,12 +375,10 @@ Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   Tensor y = empty_in(out, x, format);
   if (y.numel() == 0) return y;
   const Tensor r = residual.defined() ? residual.contiguous(format) : residual;
-  const bool fused = ops::dispatch(
-      "conv2d_relu", x, [] { return false; },
-      [&] {
-        return ops::cuda::conv2d_forward_relu(x.contiguous(format), weight.contiguous(format),
-                                              bias.contiguous(), r, y, ops::conv_params(options), routes());
-      });
+  const bool fused = ops::on_convolution("conv2d_relu", x, [&](const ops::Convolution& conv) {
+    return conv.forward_relu(x.contiguous(format), weight.contiguous(format), bias.contiguous(), r, y,
+                             ops::conv_params(options), routes());
+  });
   return fused ? y : composed();
 }
 

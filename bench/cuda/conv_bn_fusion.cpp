@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, " %.1e", ok[4] ? rel_error(dx, masked_ref) : 0.0);
       err += ok[4] ? buf : " -";
       // dgrad + ReLU mask + batch-norm backward reductions, from a batch norm's saved statistics.
-      const k::BatchNormSaved bn{.mean = nabla::randn({s.in}, f32) * 0.3,
+      const k::BatchNormParams bn{.mean = nabla::randn({s.in}, f32) * 0.3,
                                  .invstd = nabla::rand({s.in}, f32) + 0.5,
                                  .weight = nabla::rand({s.in}, f32) + 0.5,
                                  .bias = nabla::randn({s.in}, f32) * 0.3};

@@ -23,8 +23,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "nabla/ops/cpu/conv_kernels.h"
 #include "nabla/ops/cpu/matrix_product.h"
+#include "nabla/ops/detail/conv.h"
 
 namespace nabla::ops::cpu {
 
@@ -269,17 +269,16 @@ void check_contiguous(const char* op, std::initializer_list<std::reference_wrapp
   }
 }
 
-}  // namespace
-
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
-                    const ConvParams& p) {
+                    const ConvParams& p, const Routes& /*routes*/) {
   check_contiguous("conv2d", {x, w, bias, y});
   const Geometry g(x.sizes(), w.sizes(), y.sizes(), p);
   if (y.numel() == 0) return;
   dispatch_conv(x.dtype(), "conv2d", [&]<typename T>() { forward_impl<T>(x, w, bias, y, g); });
 }
 
-void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p) {
+void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
+                           const Routes& /*routes*/) {
   check_contiguous("conv2d_backward_input", {grad_y, w, grad_x});
   const Geometry g(grad_x.sizes(), w.sizes(), grad_y.sizes(), p);
   if (grad_x.numel() == 0) return;
@@ -287,13 +286,26 @@ void conv2d_backward_input(const Tensor& grad_y, const Tensor& w, const Tensor& 
                 [&]<typename T>() { backward_input_impl<T>(grad_y, w, grad_x, g); });
 }
 
-void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w,
-                            const ConvParams& p) {
+void conv2d_backward_weight(const Tensor& grad_y, const Tensor& x, const Tensor& grad_w, const ConvParams& p,
+                            const Routes& /*routes*/) {
   check_contiguous("conv2d_backward_weight", {grad_y, x, grad_w});
   const Geometry g(x.sizes(), grad_w.sizes(), grad_y.sizes(), p);
   if (grad_w.numel() == 0) return;
   dispatch_conv(x.dtype(), "conv2d_backward_weight",
                 [&]<typename T>() { backward_weight_impl<T>(grad_y, x, grad_w, g); });
 }
+
+}  // namespace
+
+// The CPU convolution backend (ops/detail/conv.h): NCHW only, one route, no fused passes.
+const Convolution kConvolution{
+    .layout = [](MemoryFormat, DType) { return MemoryFormat::Contiguous; },
+    .forward = conv2d_forward,
+    .forward_relu = [](const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                       const ConvParams&, const Routes&) { return false; },
+    .backward_input = conv2d_backward_input,
+    .backward_input_accumulate = [](const Tensor&, const Tensor&, const Tensor&, const ConvParams&,
+                                    const Routes&) { return false; },
+    .backward_weight = conv2d_backward_weight};
 
 }  // namespace nabla::ops::cpu

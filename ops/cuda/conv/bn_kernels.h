@@ -11,7 +11,7 @@
 #include <string>
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/detail/conv.h"
 #include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/conv/kernels.h"
 

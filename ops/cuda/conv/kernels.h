@@ -10,7 +10,7 @@
 #include <span>
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/detail/conv.h"
 #include "nabla/ops/routes.h"
 
 namespace nabla::ops::cuda {

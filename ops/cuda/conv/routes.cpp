@@ -1,5 +1,5 @@
-// The CUDA convolution family's route table. Every route a convolution can take is chosen here,
-// by conv_route, per direction (x, w, y in their forward roles):
+// The CUDA convolution family's route table and its backend. Every route a convolution can take is chosen
+// here, by conv_route, per direction (x, w, y in their forward roles):
 //
 //   forward or filter gradient, channels_last bfloat16 x of at most
 //     4 channels, stride 2 (Note [Strided convolutions of few channels
@@ -72,5 +72,16 @@ ConvRoute conv_route(ConvDirection direction, const Tensor& x, const Tensor& w, 
   if (graph_api_takes(x, w, y, p, routes)) return ConvRoute::GraphApi;
   return ConvRoute::Legacy;
 }
+
+// The CUDA convolution backend (ops/detail/conv.h). cuDNN has no NHWC float64 convolutions, so
+// float64 runs NCHW (as PyTorch does); every other dtype runs in the activations' own layout.
+const Convolution kConvolution{
+    .layout = [](MemoryFormat format,
+                 DType dtype) { return dtype == kFloat64 ? MemoryFormat::Contiguous : format; },
+    .forward = conv2d_forward,
+    .forward_relu = conv2d_forward_relu,
+    .backward_input = conv2d_backward_input,
+    .backward_input_accumulate = conv2d_backward_input_accumulate,
+    .backward_weight = conv2d_backward_weight};
 
 }  // namespace nabla::ops::cuda

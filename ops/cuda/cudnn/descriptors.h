@@ -10,7 +10,7 @@
 
 #include "nabla/core/cuda/check.h"
 #include "nabla/core/tensor.h"
-#include "nabla/ops/cpu/conv_kernels.h"
+#include "nabla/ops/detail/conv.h"
 
 namespace nabla::ops::cuda {
 
