@@ -8,16 +8,16 @@
 // relu(bn(y)). The backward runs two fused convolutions: the weight gradient recomputes the
 // prologue in its load, and the data gradient masks its output with the ReLU (recomputed from y
 // and the saved statistics) and reduces it for the batch norm's backward, whose input gradient
-// is then one elementwise pass. A pattern cuDNN has no engine for runs as its unfused
-// equivalent from the same scale and shift (the prologue written out, a plain convolution, nabla's
-// batch-norm backward), with the same values up to rounding.
+// is then one elementwise pass. Each step runs through the path's backend seam
+// (ops/detail/conv_batch_norm.h); where cuDNN has no engine for a pattern, the backend
+// (ops/cuda/conv/bn_path.cpp) runs its unfused equivalent, with the same values up to rounding.
 #include "nabla/ops/conv_bn.h"
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/cuda/conv/bn_kernels.h"
 #include "nabla/ops/detail/autocast_policy.h"
+#include "nabla/ops/detail/conv_batch_norm.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
@@ -60,64 +60,18 @@ bool fusable(const Tensor& x, const Tensor& w, const Conv2dOptions& conv, const 
          x.numel() > 0;
 }
 
-// The fused path exists on CUDA only (fusable() and the sums see to it); its kernels are called
-// through dispatch so that a build without CUDA compiles them away.
-void on_cuda(const char* op, const Tensor& t, const auto& cuda) {
-  ops::dispatch(
-      op, t, [op] { NABLA_ASSERT(false, "{}: the fused path is CUDA only", op); }, cuda);
-}
-
-Tensor affine_relu(const Tensor& y, const Tensor& scale, const Tensor& shift) {
-  Tensor a = empty_channels_last(y.sizes(), y);
-  on_cuda("batch_norm_affine_relu", y, [&] { ops::cuda::batch_norm_affine_relu(y, scale, shift, a); });
-  return a;
-}
-
-// What the fused forward leaves for its backward.
-struct Saved {
-  Tensor y, gamma, beta, w, mean, invstd, scale, shift;
-};
-
-// dy, dgamma, dbeta, dw for z = conv(relu(bn(y)), w).
-TensorList fused_backward(const Tensor& grad, const Saved& s, const ops::ConvParams& p, const Routes& routes,
-                          const std::vector<bool>& needs) {
-  TensorList grads(4);
+// dy, dgamma, dbeta, dw for z = conv(relu(bn(y)), w), from the backend.
+TensorList fused_backward(const Tensor& grad, const ops::BnReluConvSaved& s, const ops::ConvParams& p,
+                          const Routes& routes, const std::vector<bool>& needs) {
+  ops::BnReluConvGrads g;
   {
     NoGradGuard no_grad;
     const Tensor dz = grad.contiguous(kChannelsLast);
-    on_cuda("batch_norm_relu_conv2d_backward", dz, [&] {
-      const ops::cuda::AffineRelu prologue{.scale = s.scale, .bias = s.shift};
-      if (needs[3]) {
-        Tensor dw = empty_channels_last(s.w.sizes(), s.w);
-        if (!ops::cuda::conv2d_backward_weight_affine_relu(dz, s.y, prologue, dw, p, routes))
-          ops::cuda::conv2d_backward_weight(dz, affine_relu(s.y, s.scale, s.shift), dw, p, routes);
-        grads[3] = dw;
-      }
-      if (needs[0] || needs[1] || needs[2]) {
-        const int64_t c = s.y.size(1);
-        Tensor dy = empty_channels_last(s.y.sizes(), s.y);
-        Tensor dgamma = per_channel(c, s.y), dbeta = per_channel(c, s.y);
-        Tensor grad_pre = empty_channels_last(s.y.sizes(), s.y);
-        const Tensor coefficients = per_channel(3 * c, s.y);
-        const ops::cuda::BatchNormBackwardCoefficients out{.dweight = dgamma,
-                                                           .dbias = dbeta,
-                                                           .eq_dy = coefficients.narrow(0, 0, c),
-                                                           .eq_x = coefficients.narrow(0, c, c),
-                                                           .eq_bias = coefficients.narrow(0, 2 * c, c)};
-        if (ops::cuda::conv2d_backward_input_batch_norm_relu(
-                dz, s.w, s.y, {s.mean, s.invstd, s.gamma, s.beta}, grad_pre, out, p, routes)) {
-          ops::cuda::batch_norm_grad_from_coefficients(grad_pre, s.y, coefficients, dy);
-        } else {
-          ops::cuda::conv2d_backward_input(dz, s.w, grad_pre, p, routes);
-          ops::cuda::batch_norm_backward_kernel(
-              grad_pre, s.y, s.gamma, {s.mean, s.invstd},
-              {.dx = dy, .dresidual = Tensor(), .dweight = dgamma, .dbias = dbeta},
-              affine_relu(s.y, s.scale, s.shift));
-        }
-        grads[0] = dy, grads[1] = dgamma, grads[2] = dbeta;
-      }
+    g = ops::on_conv_batch_norm("batch_norm_relu_conv2d_backward", dz, [&](const ops::ConvBatchNorm& path) {
+      return path.bn_relu_conv_backward(dz, s, needs, p, routes);
     });
   }
+  TensorList grads{g.dy, g.dgamma, g.dbeta, g.dw};
   autograd::refuse_double_backward("batch_norm_relu_conv2d_backward", {grad, s.y, s.w, s.gamma, s.beta},
                                    grads);
   return grads;
@@ -139,10 +93,9 @@ Tensor conv2d_sums(const Tensor& x_in, const Tensor& weight_in, Conv2dOptions op
   Tensor y = empty_channels_last(out, x);
   const Tensor sum = per_channel(out[1], x), sqsum = per_channel(out[1], x);
   const ops::ConvParams p = ops::conv_params(options);
-  bool fused = false;
-  on_cuda("conv2d_sums", x, [&] {
+  const bool fused = ops::on_conv_batch_norm("conv2d_sums", x, [&](const ops::ConvBatchNorm& path) {
     NoGradGuard no_grad;
-    fused = ops::cuda::conv2d_forward_stats(x, {}, weight.contiguous(kChannelsLast), y, sum, sqsum, p, r);
+    return path.conv_sums(x, weight.contiguous(kChannelsLast), y, sum, sqsum, p, r);
   });
   if (!fused) return conv2d(x, weight, {}, options);
   ops::record_conv2d(x, weight, Tensor(), y, p, r);
@@ -172,31 +125,23 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
 
   const int64_t c = y.size(1);
   const ops::ConvParams p = ops::conv_params(conv);
-  Saved s{.y = y,
-          .gamma = bn_weight.contiguous(),
-          .beta = bn_bias.contiguous(),
-          .w = weight.contiguous(kChannelsLast),
-          .mean = per_channel(c, y),
-          .invstd = per_channel(c, y),
-          .scale = per_channel(c, y, y.dtype()),
-          .shift = per_channel(c, y, y.dtype())};
+  const ops::BnReluConvSaved s{.y = y,
+                               .gamma = bn_weight.contiguous(),
+                               .beta = bn_bias.contiguous(),
+                               .w = weight.contiguous(kChannelsLast),
+                               .mean = per_channel(c, y),
+                               .invstd = per_channel(c, y),
+                               .scale = per_channel(c, y, y.dtype()),
+                               .shift = per_channel(c, y, y.dtype())};
   Tensor z = empty_channels_last(out, y);
   const Tensor z_sum = per_channel(out[1], y), z_sqsum = per_channel(out[1], y);
-  bool fused = false;
-  on_cuda("batch_norm_relu_conv2d", y, [&] {
-    NoGradGuard no_grad;
-    ops::cuda::batch_norm_stats_from_sums(sums.sum, sums.sqsum, y.numel() / c,
-                                          {y, s.gamma, s.beta, running_mean, running_var}, {s.mean, s.invstd},
-                                          bn.momentum, bn.eps, s.scale, s.shift);
-    if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
-    // Without sums wanted, a pointwise convolution runs faster as its GEMM on the written-out
-    // prologue than as the fused engine (bench/cuda/conv_bn_fusion.cpp). The weight gradient
-    // stays fused everywhere: the same choice there is measured per shape but not yet taken.
-    const bool gemm = out_sums == nullptr && ops::cuda::conv2d_is_pointwise_gemm(y, s.w, p);
-    fused = !gemm && ops::cuda::conv2d_forward_stats(y, {.scale = s.scale, .bias = s.shift}, s.w, z, z_sum,
-                                                     z_sqsum, p, r);
-    if (!fused) ops::cuda::conv2d_forward(affine_relu(y, s.scale, s.shift), s.w, Tensor(), z, p, r);
-  });
+  const bool fused =
+      ops::on_conv_batch_norm("batch_norm_relu_conv2d", y, [&](const ops::ConvBatchNorm& path) {
+        NoGradGuard no_grad;
+        return path.bn_relu_conv_forward(sums.sum, sums.sqsum, y.numel() / c, s, running_mean, running_var,
+                                         bn.momentum, bn.eps, z, z_sum, z_sqsum, out_sums != nullptr, p, r);
+      });
+  if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
   if (fused && out_sums)
     *out_sums = {.sum = z_sum, .sqsum = z_sqsum, .tensor = z.impl_ptr(), .version = z.version()};
   if (autograd::needs_grad({y, bn_weight, bn_bias, weight})) {
@@ -205,7 +150,7 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
                      {s.y, s.gamma, s.beta, s.w, s.mean, s.invstd, s.scale, s.shift},
                      [p, w_format, r](autograd::BackwardContext& ctx) {
                        const TensorList& v = ctx.saved;
-                       const Saved saved{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
+                       const ops::BnReluConvSaved saved{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]};
                        TensorList grads = fused_backward(ctx.grad(), saved, p, r, ctx.needs_input_grad);
                        if (grads[3].defined()) grads[3] = grads[3].contiguous(w_format);
                        return grads;
@@ -241,14 +186,11 @@ Tensor batch_norm_from_sums(const Tensor& y, const ChannelSums& sums, const Tens
   const Tensor w = weight.defined() ? weight.contiguous() : ones({c}, {.device = y.device()});
   const Tensor b = bias.defined() ? bias.contiguous() : zeros({c}, {.device = y.device()});
   const ops::BatchNormStats stats{per_channel(c, y), per_channel(c, y)};
-  const Tensor coefficients = per_channel(2 * c, y);  // scale, then shift
   Tensor out = empty_channels_last(y.sizes(), y);
-  on_cuda("batch_norm_from_sums", y, [&] {
+  ops::on_conv_batch_norm("batch_norm_from_sums", y, [&](const ops::ConvBatchNorm& path) {
     NoGradGuard no_grad;
-    ops::cuda::batch_norm_stats_from_sums(sums.sum, sums.sqsum, y.numel() / c,
-                                          {y, w, b, running_mean, running_var}, stats, bn.momentum, bn.eps,
-                                          coefficients.narrow(0, 0, c), coefficients.narrow(0, c, c));
-    ops::cuda::batch_norm_apply(y, coefficients, z, relu, out);
+    path.bn_from_sums(sums.sum, sums.sqsum, {y, w, b, running_mean, running_var}, stats, bn.momentum, bn.eps,
+                      z, relu, out);
   });
   if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
   // The backward is the backend's default route (route 0: nabla's kernels); with a ReLU, its mask
