@@ -1,4 +1,4 @@
-# Reference for tests/cuda/amp_test.cpp's ResNet-50 step: how close are PyTorch's own fp16/bf16
+# Reference for tests/amp/cuda/amp_test.cpp's ResNet-50 step: how close are PyTorch's own fp16/bf16
 # autocast gradients to its float32 gradients (TF32 off), for a freshly initialised ResNet-50,
 # batch 64, channels_last, inputs uniform in +-[0.1, 2], random labels?
 import torch, torchvision

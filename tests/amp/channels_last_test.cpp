@@ -2,7 +2,7 @@
 // input keeps NHWC through forward and backward. The layout-conversion counter
 // (nabla::debug::layout_conversions) proves it: no tensor changes memory format outside the CPU
 // convolution's own NCHW staging (its im2col kernels are NCHW only; CUDA has none, see
-// tests/cuda/amp_test.cpp). Also checks the counter itself, on conversions made on purpose.
+// tests/amp/cuda/amp_test.cpp). Also checks the counter itself, on conversions made on purpose.
 #include <gtest/gtest.h>
 
 #include "test_util.h"

@@ -85,7 +85,7 @@ TEST(Normalize, RejectsWhatItCannotNormalize) {
 
 TEST(DevicePrefetcher, WithoutAGpuTheConstructorSaysWhy) {
   if (nabla::cuda::is_available())
-    GTEST_SKIP() << "a GPU is present; tests/cuda/data_prefetch_test.cpp covers it";
+    GTEST_SKIP() << "a GPU is present; tests/data/cuda/prefetch_test.cpp covers it";
   DataLoader loader(std::make_shared<fakes::FakeImages>(4), {.batch_size = 2});
   // "built without CUDA" in a CPU-only build, "no CUDA device" in a CUDA build on this machine.
   try {

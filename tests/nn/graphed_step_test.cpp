@@ -1,6 +1,6 @@
 // nn::make_graphed_step where no graph can apply: CPU inputs run eagerly, every call, with
 // the step's own results and a reason that names the input; bad options fail clearly. The
-// capture itself is tested on the GPU (tests/cuda/graphed_step_test.cpp).
+// capture itself is tested on the GPU (tests/nn/cuda/graphed_step_test.cpp).
 #include <gtest/gtest.h>
 
 #include "nabla/core/dispatch.h"

@@ -1,5 +1,5 @@
 // scaled_dot_product_attention's math path on the CPU (the reference the fused CUDA kernels are
-// tested against in tests/cuda/parity_attention_test.cpp): forwards against a float64 loop over
+// tested against in tests/ops/cuda/parity_attention_test.cpp): forwards against a float64 loop over
 // every (batch, head, query), with causal, boolean, additive and broadcast masks and Tq != Tk;
 // float64 gradcheck of q, k, v and an additive mask; dropout against the mask bernoulli draws;
 // autocast; and the errors. Also tril, triu and masked_fill.

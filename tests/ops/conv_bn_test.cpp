@@ -1,6 +1,6 @@
 // conv2d_sums and batch_norm_relu_conv2d where nothing fuses (the CPU): the values, running-stat
 // updates and gradients of the composed ops, sums left undefined, and clear errors. The fused
-// CUDA path is checked against these compositions in tests/cuda/conv_bn_fusion_test.cpp.
+// CUDA path is checked against these compositions in tests/ops/cuda/conv_bn_fusion_test.cpp.
 #include <cmath>
 
 #include "test_util.h"

@@ -1,5 +1,5 @@
 // copy_many on the CPU (one copy_ per pair there) against copy_ pair by pair, and its errors.
-// The batched CUDA path is tested in tests/cuda/parity_copy_test.cpp.
+// The batched CUDA path is tested in tests/ops/cuda/parity_copy_test.cpp.
 #include "test_util.h"
 
 namespace nabla {

@@ -1,5 +1,5 @@
 // Routes: the defaults, and what a RoutesGuard puts in force and restores. That a guard's routes
-// reach the CUDA backend is tested in tests/cuda/routes_test.cpp.
+// reach the CUDA backend is tested in tests/ops/cuda/routes_test.cpp.
 #include "nabla/ops/routes.h"
 
 #include <gtest/gtest.h>
