@@ -185,14 +185,15 @@ Tensor input_gradient(const Tensor& grad_y, const Tensor& w, const Shape& x_size
 Tensor input_gradient_plus(const Tensor& grad_y, const Tensor& w, const Shape& x_sizes, MemoryFormat format,
                            const ops::ConvParams& p, const Tensor& pending, const Routes& routes) {
   if (!pending.defined()) return input_gradient(grad_y, w, x_sizes, format, p, routes);
-  if (pending.device() == w.device() && pending.sizes() == x_sizes && pending.dtype() == w.dtype() &&
-      pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1) {
+  const ops::Convolution& backend = ops::convolution_of(w.device());
+  const MemoryFormat run = backend.layout(format, w.dtype());
+  if (backend.backward_input_accumulate && pending.device() == w.device() && pending.sizes() == x_sizes &&
+      pending.dtype() == w.dtype() && pending.is_contiguous(run) && pending.impl_ptr().use_count() == 1 &&
+      pending.storage().use_count() == 1) {
     NoGradGuard no_grad;
     const bool accumulated =
         ops::on_convolution("conv2d_backward_input", w, [&](const ops::Convolution& conv) {
-          const MemoryFormat run = conv.layout(format, w.dtype());
-          return pending.is_contiguous(run) &&
-                 conv.backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run), pending, p,
+          return conv.backward_input_accumulate(grad_y.contiguous(run), w.contiguous(run), pending, p,
                                                 routes);
         });
     if (accumulated) return pending.contiguous(format);

@@ -141,7 +141,6 @@ Tensor batch_norm_relu_conv2d(const Tensor& y_in, const ChannelSums& sums, const
         return path.bn_relu_conv_forward(sums.sum, sums.sqsum, y.numel() / c, s, running_mean, running_var,
                                          bn.momentum, bn.eps, z, z_sum, z_sqsum, out_sums != nullptr, p, r);
       });
-  if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
   if (fused && out_sums)
     *out_sums = {.sum = z_sum, .sqsum = z_sqsum, .tensor = z.impl_ptr(), .version = z.version()};
   if (autograd::needs_grad({y, bn_weight, bn_bias, weight})) {

@@ -197,9 +197,7 @@ Tensor batch_norm_eval(const Tensor& x, const Tensor& weight, const Tensor& bias
 // ---- fused path: relu(bn(x) [+ z]) in one pass, where the backend has one -----------------
 
 bool takes_fused_route(const Tensor& x, const BatchNormOptions& options) {
-  return options.training &&
-         ops::on_batch_norm_backend("batch_norm_fuses_relu", x,
-                                    [&](const BatchNormBackend& b) { return b.fuses_relu(x); });
+  return options.training && ops::batch_norm_backend_of(x.device()).fuses_relu(x);
 }
 
 // `grad` is taken by value (the engine hands its buffer over): when nothing else holds it, one

@@ -304,8 +304,7 @@ const Convolution kConvolution{
     .forward_relu = [](const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                        const ConvParams&, const Routes&) { return false; },
     .backward_input = conv2d_backward_input,
-    .backward_input_accumulate = [](const Tensor&, const Tensor&, const Tensor&, const ConvParams&,
-                                    const Routes&) { return false; },
+    .backward_input_accumulate = nullptr,
     .backward_weight = conv2d_backward_weight};
 
 }  // namespace nabla::ops::cpu

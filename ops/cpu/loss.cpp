@@ -81,13 +81,17 @@ std::optional<int64_t> cross_entropy_forward(const Tensor& logits, const Tensor&
       const double l = top + std::log(sum);
       sp[n] = static_cast<P>(l);
       const int64_t t = tp[n];
+      if (t == ignore_index) {  // an ignored row has no class to read (ignore_index may be -100)
+        lp[n] = P(0);
+        continue;
+      }
       // The smoothing term only when smoothing is on: with a -inf logit (a masked class) the mean
       // over classes is -inf, and 0 * inf would make the loss NaN.
       double value = l - static_cast<double>(row[t]);
       if (label_smoothing > 0) {
         value = (1 - label_smoothing) * value + label_smoothing * (l - total / static_cast<double>(C));
       }
-      lp[n] = t == ignore_index ? P(0) : static_cast<P>(value);
+      lp[n] = static_cast<P>(value);
     }
   });
   return std::nullopt;

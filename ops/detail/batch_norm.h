@@ -70,6 +70,20 @@ namespace cuda {
 extern const BatchNormBackend kBatchNorm;  // ops/cuda/batch_norm/routes.cpp (CUDA builds only)
 }
 
+// The batch-norm backend of `device`, for asking what it can do (no profiler scope). A template,
+// so that a build without CUDA never references the CUDA table.
+template <class = void>
+const BatchNormBackend& batch_norm_backend_of(const Device& device) {
+  if (device.is_cuda()) {
+    if constexpr (kHasCuda) {
+      return cuda::kBatchNorm;
+    } else {
+      built_without_cuda("batch_norm");
+    }
+  }
+  return cpu::kBatchNorm;
+}
+
 // Runs call(backend) with the batch-norm backend of `on`'s device, timed as `op`: the family's
 // one dispatch (Note [One backend dispatch] in core/dispatch.h; a build without CUDA compiles the
 // CUDA branch away, so cuda::kBatchNorm needs no definition there).

@@ -41,7 +41,7 @@ struct Convolution {
   void (*backward_input)(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x, const ConvParams& p,
                          const Routes& routes);
   // grad_x += that gradient, where the backend can sum into grad_x as it computes; false, having
-  // written nothing, elsewhere.
+  // written nothing, elsewhere. Null where the backend never can.
   bool (*backward_input_accumulate)(const Tensor& grad_y, const Tensor& w, const Tensor& grad_x,
                                     const ConvParams& p, const Routes& routes);
   // grad_w = the gradient with respect to w, summed over the batch.
@@ -54,6 +54,21 @@ extern const Convolution kConvolution;  // ops/cpu/conv.cpp
 }
 namespace cuda {
 extern const Convolution kConvolution;  // ops/cuda/conv/routes.cpp (CUDA builds only)
+}
+
+// The convolution of `device`, for asking what it can do (no profiler scope; a CUDA device in a
+// build without CUDA is the usual clear error). A template, so that a build without CUDA never
+// references the CUDA table.
+template <class = void>
+const Convolution& convolution_of(const Device& device) {
+  if (device.is_cuda()) {
+    if constexpr (kHasCuda) {
+      return cuda::kConvolution;
+    } else {
+      built_without_cuda("conv2d");
+    }
+  }
+  return cpu::kConvolution;
 }
 
 // Runs call(backend) with the convolution of `on`'s device, timed as `op`: the family's one

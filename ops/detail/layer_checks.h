@@ -4,9 +4,8 @@
 
 #include "nabla/core/tensor.h"
 #include "nabla/ops/conv.h"
-#include "nabla/ops/detail/conv.h"
-#include "nabla/ops/cuda/conv/kernels.h"
 #include "nabla/ops/detail/batch_norm.h"
+#include "nabla/ops/detail/conv.h"
 #include "nabla/ops/norm.h"
 #include "nabla/ops/routes.h"
 

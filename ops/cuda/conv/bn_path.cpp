@@ -38,6 +38,7 @@ bool bn_relu_conv_forward(const Tensor& sum, const Tensor& sqsum, int64_t count,
                           const ConvParams& p, const Routes& routes) {
   batch_norm_stats_from_sums(sum, sqsum, count, {s.y, s.gamma, s.beta, running_mean, running_var},
                              {s.mean, s.invstd}, momentum, eps, s.scale, s.shift);
+  if (running_mean.defined()) running_mean.bump_version(), running_var.bump_version();
   // Without sums wanted, a pointwise convolution runs faster as its GEMM on the written-out
   // prologue than as the fused engine (bench/cuda/conv_bn_fusion.cpp). The weight gradient
   // stays fused everywhere: the same choice there is measured per shape but not yet taken.

@@ -10,6 +10,7 @@
 //    batch; the float64 results are in turn checked against the CPU backend on the first image
 //    (forward and grad_input; grad_weight sums the whole batch).
 // Errors are measured as max |actual - expected| / max |expected| per tensor.
+#include <array>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -145,23 +146,38 @@ TEST(CudaParityConv, ForwardAndBackwardMatchTheCpuForEveryDtypeOptionAndLayout) 
 TEST(CudaParityConv, EveryRouteMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
   const RoutesGuard routes_guard({.conv_tf32 = false});
+  using R = ops::cuda::ConvRoute;
   struct RouteCase {
     Case c;
     DType dtype;
     bool channels_last;
+    std::array<R, 3> expected;  // forward, data gradient, filter gradient
   };
   const RouteCase cases[] = {
-      {{"stem, folded", {2, 3, 16, 16}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}}, kBFloat16, true},
+      {{"stem, folded", {2, 3, 16, 16}, {16, 3, 7, 7}, {.stride = 2, .padding = 3}},
+       kBFloat16,
+       true,
+       {R::SpaceToDepth, R::Legacy, R::SpaceToDepth}},
       {{"depthwise stride 2", {2, 16, 14, 14}, {16, 1, 3, 3}, {.stride = 2, .padding = 1, .groups = 16}},
        kFloat16,
-       true},
-      {{"pointwise 1x1", {2, 32, 6, 5}, {16, 32, 1, 1}, {}}, kFloat16, true},
-      {{"3x3, 16-bit channels_last", {2, 16, 9, 9}, {32, 16, 3, 3}, {.padding = 1}}, kBFloat16, true},
-      {{"3x3 float32 NCHW", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding = 1}}, kFloat32, false},
+       true,
+       {R::GraphApi, R::DepthwiseKernel, R::GraphApi}},
+      {{"pointwise 1x1", {2, 32, 6, 5}, {16, 32, 1, 1}, {}},
+       kFloat16,
+       true,
+       {R::PointwiseGemm, R::PointwiseGemm, R::PointwiseGemm}},
+      {{"3x3, 16-bit channels_last", {2, 16, 9, 9}, {32, 16, 3, 3}, {.padding = 1}},
+       kBFloat16,
+       true,
+       {R::GraphApi, R::GraphApi, R::GraphApi}},
+      {{"3x3 float32 NCHW", {2, 8, 9, 9}, {16, 8, 3, 3}, {.padding = 1}},
+       kFloat32,
+       false,
+       {R::Legacy, R::Legacy, R::Legacy}},
   };
   uint64_t seed = test_seed();
   std::set<ops::cuda::ConvRoute> covered;
-  for (const auto& [c, dtype, channels_last] : cases) {
+  for (const auto& [c, dtype, channels_last, expected] : cases) {
     const Tensor x = make_input(c.x, ++seed, dtype, channels_last);
     const Tensor w =
         make_input(c.w, ++seed, dtype, channels_last) * (1.0 / std::sqrt(double(c.w[1] * c.w[2] * c.w[3])));
@@ -171,17 +187,22 @@ TEST(CudaParityConv, EveryRouteMatchesTheCpu) {
     const Result ref = run_conv(x.to(kFloat64), w.to(kFloat64), b.to(kFloat64), g.to(kFloat64), c.options);
     const Result r = run_conv(to_cuda(x), to_cuda(w), to_cuda(b), to_cuda(g), c.options);
     std::string routes_taken;
-    for (const auto direction : {ops::cuda::ConvDirection::Forward, ops::cuda::ConvDirection::BackwardData,
-                                 ops::cuda::ConvDirection::BackwardWeight}) {
-      const auto route = ops::cuda::conv_route(direction, to_cuda(x), to_cuda(w), r.y,
-                                               ops::conv_params(c.options), routes());
-      covered.insert(route);
+    const ops::cuda::ConvDirection directions[] = {ops::cuda::ConvDirection::Forward,
+                                                   ops::cuda::ConvDirection::BackwardData,
+                                                   ops::cuda::ConvDirection::BackwardWeight};
+    for (size_t d = 0; d < 3; ++d) {
+      // The table's choice against the one this case was written for.
+      const R route = ops::cuda::conv_route(directions[d], to_cuda(x), to_cuda(w), r.y,
+                                            ops::conv_params(c.options), routes());
+      EXPECT_EQ(route, expected[d]) << c.name << ", direction " << d << ": " << ops::cuda::route_name(route)
+                                    << " instead of " << ops::cuda::route_name(expected[d]);
+      covered.insert(expected[d]);
       routes_taken += std::string(routes_taken.empty() ? "" : ", ") + ops::cuda::route_name(route);
     }
     const std::string what = context(c.name, dtype, routes_taken.c_str());
     EXPECT_TRUE(results_close(r, ref, tolerance(dtype))) << what;
   }
-  for (const ops::cuda::ConvRoute route : ops::cuda::conv_routes())
+  for (const R route : ops::cuda::conv_routes())
     EXPECT_TRUE(covered.contains(route)) << "no parity case takes the route " << ops::cuda::route_name(route);
 }
 

@@ -186,21 +186,29 @@ TEST(CudaParityBatchNorm, BFloat16OnNablaKernelsMatchesTheCpuAtResNetShapes) {
 // the test: a new route cannot skip parity.
 TEST(CudaParityBatchNorm, EveryRouteMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
+  using R = ops::cuda::BatchNormRoute;
   struct Case {
     const char* name;
     DType dtype;
     MemoryFormat format;
     bool training;
-    int fused;  // 0: batch_norm, 1: batch_norm_relu, 2: batch_norm_add_relu
+    int fused;   // 0: batch_norm, 1: batch_norm_relu, 2: batch_norm_add_relu
+    R expected;  // the route this case was written for
   };
   constexpr auto kCl = MemoryFormat::ChannelsLast, kNchw = MemoryFormat::Contiguous;
   const Case cases[] = {
-      {"plain NCHW", kFloat32, kNchw, true, 0},   {"plain NHWC", kFloat16, kCl, true, 0},
-      {"plain NHWC", kBFloat16, kCl, true, 0},    {"plain NHWC", kFloat64, kCl, true, 0},
-      {"relu NHWC", kFloat16, kCl, true, 1},      {"relu NCHW", kFloat32, kNchw, true, 1},
-      {"add_relu NHWC", kBFloat16, kCl, true, 2}, {"add_relu NCHW", kFloat64, kNchw, true, 2},
-      {"eval NHWC", kFloat16, kCl, false, 0},     {"eval NHWC", kFloat64, kCl, false, 0},
-      {"eval NHWC", kBFloat16, kCl, false, 0},    {"eval NCHW", kFloat32, kNchw, false, 1},
+      {"plain NCHW", kFloat32, kNchw, true, 0, R::Kernels},
+      {"plain NHWC", kFloat16, kCl, true, 0, R::Kernels},
+      {"plain NHWC", kBFloat16, kCl, true, 0, R::Kernels},
+      {"plain NHWC", kFloat64, kCl, true, 0, R::CudnnEx},
+      {"relu NHWC", kFloat16, kCl, true, 1, R::KernelsReluMaskFromX},
+      {"relu NCHW", kFloat32, kNchw, true, 1, R::KernelsReluMaskFromX},
+      {"add_relu NHWC", kBFloat16, kCl, true, 2, R::Kernels},
+      {"add_relu NCHW", kFloat64, kNchw, true, 2, R::Kernels},
+      {"eval NHWC", kFloat16, kCl, false, 0, R::CudnnInference},
+      {"eval NHWC", kFloat64, kCl, false, 0, R::CudnnInference},
+      {"eval NHWC", kBFloat16, kCl, false, 0, R::KernelsInference},
+      {"eval NCHW", kFloat32, kNchw, false, 1, R::KernelsInference},
   };
   uint64_t seed = test_seed();
   const Shape shape = {8, 32, 7, 7};
@@ -213,8 +221,11 @@ TEST(CudaParityBatchNorm, EveryRouteMatchesTheCpu) {
     const Tensor w = random_values({32}, ++seed, pd), b = random_values({32}, ++seed, pd);
     const Tensor rm = random_values({32}, ++seed, pd), rv = random_values({32}, ++seed, pd, true);
     const BatchNormOptions o{.training = c.training};
-    const auto route = ops::cuda::batch_norm_route(to_cuda(x), c.training, c.fused > 0, c.fused == 2, o.eps);
-    covered.insert(route);
+    const R route = ops::cuda::batch_norm_route(to_cuda(x), c.training, c.fused > 0, c.fused == 2, o.eps);
+    EXPECT_EQ(route, c.expected) << c.name << " " << dtype_name(c.dtype) << ": "
+                                 << ops::cuda::route_name(route) << " instead of "
+                                 << ops::cuda::route_name(c.expected);
+    covered.insert(c.expected);
     const std::string what = context(c.name, c.dtype, ops::cuda::route_name(route));
     const Tensor zi = c.fused == 2 ? z : Tensor();
     const BnRun gpu = run_batch_norm(x, w, b, rm, rv, g, Device::cuda(), o, zi, c.fused);
@@ -236,9 +247,9 @@ TEST(CudaParityBatchNorm, EveryRouteMatchesTheCpu) {
     const ops::BatchNormSaved saved = ops::cuda::kBatchNorm.forward({xc, to_cuda(w), to_cuda(b), {}, {}},
                                                                     c.fused == 2 ? to_cuda(z) : Tensor(),
                                                                     c.fused > 0, y, stats, 0.1, o.eps);
-    EXPECT_EQ(saved.route, static_cast<uint8_t>(route)) << what;
+    EXPECT_EQ(saved.route, static_cast<uint8_t>(c.expected)) << what;
   }
-  for (const ops::cuda::BatchNormRoute route : ops::cuda::batch_norm_routes())
+  for (const R route : ops::cuda::batch_norm_routes())
     EXPECT_TRUE(covered.contains(route)) << "no parity case takes the route " << ops::cuda::route_name(route);
 }
 
