@@ -14,11 +14,11 @@ namespace nabla {
 // A captured kernel keeps its launch arguments, so a Philox seed and offset passed by value
 // would give every replay the same numbers. In a capture, reserve() therefore hands out offsets
 // relative to the captured step (0, then the blocks of each draw) together with the address of
-// a 16-byte device buffer {seed, base}, which the kernels add to (ops/cuda/elementwise/random.cu). A replay hook
-// (cuda::on_replay) writes the generator's current seed and offset into it before each replay and advances
-// the host offset by the blocks the step draws, exactly as the eager step would have: a graphed step draws
-// the same numbers as the eager step it replaces, and a different set every replay. The buffer is not from
-// the graph's pool (cuda::allocate_outside_capture): the pool could give it a block an earlier captured
+// a 16-byte device buffer {seed, base}, which the kernels add to (ops/cuda/elementwise/random.cu). A replay
+// hook (cuda::on_replay) writes the generator's current seed and offset into it before each replay and
+// advances the host offset by the blocks the step draws, exactly as the eager step would have: a graphed step
+// draws the same numbers as the eager step it replaces, and a different set every replay. The buffer is not
+// from the graph's pool (cuda::allocate_outside_capture): the pool could give it a block an earlier captured
 // kernel writes as scratch, after the hook and before the draw.
 struct Generator::Capture {
   uint64_t id = 0;

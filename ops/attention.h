@@ -17,8 +17,8 @@
 // style: forward and backward never write the (Tq, Tk) scores to memory, so attention adds
 // O(B H T D) to the peak, not O(B H T^2). Two fused implementations exist: cuDNN's fused attention
 // (built through its backend graph API; without a mask) and nabla's own kernels
-// (ops/cuda/attention/flash_forward.cu; any mask). Other inputs (float32/float64, the CPU, dropout > 0) take the
-// math path, composed of matmul, softmax and dropout, which does keep the scores.
+// (ops/cuda/attention/flash_forward.cu; any mask). Other inputs (float32/float64, the CPU, dropout > 0) take
+// the math path, composed of matmul, softmax and dropout, which does keep the scores.
 // docs/design/attention.md describes the paths and their limits.
 #pragma once
 

@@ -1,6 +1,6 @@
-// softmax and log_softmax front ends. The kernels (ops/cpu/reduce.cpp, ops/cuda/reduce/softmax.cu) subtract the row
-// max first, so large logits do not overflow. A dense input's output gets the same strides (a channels_last
-// input gives a channels_last output), so the kernel writes it in place of a copy.
+// softmax and log_softmax front ends. The kernels (ops/cpu/reduce.cpp, ops/cuda/reduce/softmax.cu) subtract
+// the row max first, so large logits do not overflow. A dense input's output gets the same strides (a
+// channels_last input gives a channels_last output), so the kernel writes it in place of a copy.
 #include "nabla/ops/softmax.h"
 
 #include "nabla/ops/autograd/function.h"

@@ -166,9 +166,9 @@ int main(int argc, char** argv) {
       err += ok[4] ? buf : " -";
       // dgrad + ReLU mask + batch-norm backward reductions, from a batch norm's saved statistics.
       const k::BatchNormParams bn{.mean = nabla::randn({s.in}, f32) * 0.3,
-                                 .invstd = nabla::rand({s.in}, f32) + 0.5,
-                                 .weight = nabla::rand({s.in}, f32) + 0.5,
-                                 .bias = nabla::randn({s.in}, f32) * 0.3};
+                                  .invstd = nabla::rand({s.in}, f32) + 0.5,
+                                  .weight = nabla::rand({s.in}, f32) + 0.5,
+                                  .bias = nabla::randn({s.in}, f32) * 0.3};
       const k::BatchNormBackwardCoefficients co{.dweight = nabla::empty({s.in}, f32),
                                                 .dbias = nabla::empty({s.in}, f32),
                                                 .eq_dy = nabla::empty({s.in}, f32),

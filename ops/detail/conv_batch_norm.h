@@ -37,8 +37,8 @@ struct ConvBatchNorm {
   bool (*conv_sums)(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& sum, const Tensor& sqsum,
                     const ConvParams& p, const Routes& routes);
   // z = conv(relu(bn(y)), s.w) from y's sums (count values per channel): writes s.mean, s.invstd,
-  // s.scale, s.shift and the running stats (when defined; their versions bumped), and z, and z's sums into z_sum and
-  // z_sqsum where the fused engine runs. Returns whether it did. Without want_sums a route that
+  // s.scale, s.shift and the running stats (when defined; their versions bumped), and z, and z's sums into
+  // z_sum and z_sqsum where the fused engine runs. Returns whether it did. Without want_sums a route that
   // writes no sums may be taken where it is faster.
   bool (*bn_relu_conv_forward)(const Tensor& sum, const Tensor& sqsum, int64_t count,
                                const BnReluConvSaved& s, const Tensor& running_mean,

@@ -1,4 +1,5 @@
-// Fused (flash) attention on CUDA: the backward kernels (Note [Flash attention] in attention/flash_forward.cu).
+// Fused (flash) attention on CUDA: the backward kernels (Note [Flash attention] in
+// attention/flash_forward.cu).
 //
 // Three launches on the current stream:
 //  1. prepare_kernel: delta_i = sum_d dout_id out_id (float32, (B, H, Tq)), 0 for rows that saw no

@@ -23,10 +23,10 @@
 // mask bit for bit: five passes. relu(bn(x) + z) still reads y, and the masked gradient written by its sums
 // pass, z's, replaces dy and y in its dx pass.
 #include "nabla/ops/cuda/batch_norm/finish.cuh"
+#include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/batch_norm/sums.cuh"
 #include "nabla/ops/cuda/batch_norm/vectors.cuh"
 #include "nabla/ops/cuda/common.cuh"
-#include "nabla/ops/cuda/batch_norm/kernels.h"
 
 namespace nabla::ops::cuda {
 

@@ -11,9 +11,9 @@
 #include <string>
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/detail/conv.h"
 #include "nabla/ops/cuda/batch_norm/kernels.h"
 #include "nabla/ops/cuda/conv/kernels.h"
+#include "nabla/ops/detail/conv.h"
 
 namespace nabla::ops::cuda {
 
