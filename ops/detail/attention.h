@@ -13,9 +13,11 @@
 
 #include <string>
 
-#include "nabla/core/dispatch.h"
+#include <utility>
+
 #include "nabla/core/tensor.h"
 #include "nabla/ops/attention.h"
+#include "nabla/ops/detail/dispatch.h"
 
 namespace nabla::ops {
 
@@ -50,9 +52,7 @@ extern const FusedAttention kFusedAttention;  // ops/cuda/attention/routes.cpp (
 // dispatch (Note [One backend dispatch] in core/dispatch.h).
 template <class Call>
 decltype(auto) on_fused_attention(const char* op, const Tensor& on, Call&& call) {
-  return nabla::dispatch(
-      op, on, [&]() -> decltype(auto) { return call(cpu::kFusedAttention); },
-      [&]() -> decltype(auto) { return call(cuda::kFusedAttention); });
+  return on_backend<cpu::kFusedAttention, cuda::kFusedAttention>(op, on, std::forward<Call>(call));
 }
 
 }  // namespace nabla::ops

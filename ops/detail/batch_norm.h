@@ -14,8 +14,10 @@
 
 #include <cstdint>
 
-#include "nabla/core/dispatch.h"
+#include <utility>
+
 #include "nabla/core/tensor.h"
+#include "nabla/ops/detail/dispatch.h"
 
 namespace nabla::ops {
 
@@ -70,18 +72,10 @@ namespace cuda {
 extern const BatchNormBackend kBatchNorm;  // ops/cuda/batch_norm/routes.cpp (CUDA builds only)
 }
 
-// The batch-norm backend of `device`, for asking what it can do (no profiler scope). A template,
-// so that a build without CUDA never references the CUDA table.
-template <class = void>
-const BatchNormBackend& batch_norm_backend_of(const Device& device) {
-  if (device.is_cuda()) {
-    if constexpr (kHasCuda) {
-      return cuda::kBatchNorm;
-    } else {
-      built_without_cuda("batch_norm");
-    }
-  }
-  return cpu::kBatchNorm;
+// The batch-norm backend of `device`, for asking what it can do (untimed: backend_of in
+// ops/detail/dispatch.h).
+inline const BatchNormBackend& batch_norm_backend_of(const Device& device) {
+  return backend_of<cpu::kBatchNorm, cuda::kBatchNorm>("batch_norm", device);
 }
 
 // Runs call(backend) with the batch-norm backend of `on`'s device, timed as `op`: the family's
@@ -89,9 +83,7 @@ const BatchNormBackend& batch_norm_backend_of(const Device& device) {
 // CUDA branch away, so cuda::kBatchNorm needs no definition there).
 template <class Call>
 decltype(auto) on_batch_norm_backend(const char* op, const Tensor& on, Call&& call) {
-  return nabla::dispatch(
-      op, on, [&]() -> decltype(auto) { return call(cpu::kBatchNorm); },
-      [&]() -> decltype(auto) { return call(cuda::kBatchNorm); });
+  return on_backend<cpu::kBatchNorm, cuda::kBatchNorm>(op, on, std::forward<Call>(call));
 }
 
 }  // namespace nabla::ops

@@ -13,8 +13,10 @@
 #include <array>
 #include <cstdint>
 
-#include "nabla/core/dispatch.h"
+#include <utility>
+
 #include "nabla/core/tensor.h"
+#include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/routes.h"
 
 namespace nabla::ops {
@@ -56,28 +58,16 @@ namespace cuda {
 extern const Convolution kConvolution;  // ops/cuda/conv/routes.cpp (CUDA builds only)
 }
 
-// The convolution of `device`, for asking what it can do (no profiler scope; a CUDA device in a
-// build without CUDA is the usual clear error). A template, so that a build without CUDA never
-// references the CUDA table.
-template <class = void>
-const Convolution& convolution_of(const Device& device) {
-  if (device.is_cuda()) {
-    if constexpr (kHasCuda) {
-      return cuda::kConvolution;
-    } else {
-      built_without_cuda("conv2d");
-    }
-  }
-  return cpu::kConvolution;
+// The convolution of `device`, for asking what it can do (untimed: backend_of in ops/detail/dispatch.h).
+inline const Convolution& convolution_of(const Device& device) {
+  return backend_of<cpu::kConvolution, cuda::kConvolution>("conv2d", device);
 }
 
 // Runs call(backend) with the convolution of `on`'s device, timed as `op`: the family's one
 // dispatch (Note [One backend dispatch] in core/dispatch.h).
 template <class Call>
 decltype(auto) on_convolution(const char* op, const Tensor& on, Call&& call) {
-  return nabla::dispatch(
-      op, on, [&]() -> decltype(auto) { return call(cpu::kConvolution); },
-      [&]() -> decltype(auto) { return call(cuda::kConvolution); });
+  return on_backend<cpu::kConvolution, cuda::kConvolution>(op, on, std::forward<Call>(call));
 }
 
 }  // namespace nabla::ops
