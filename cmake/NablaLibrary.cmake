@@ -1,9 +1,9 @@
 # nabla_add_library(<name> SOURCES ... [CUDA_SOURCES ...] [PUBLIC ...] [PRIVATE ...])
 # Declares the library for one folder: target nabla_<name>, alias nabla::<name>, exported as
 # nabla::<name>. The folder's public headers install to include/nabla/<name>/: the internal ones,
-# under detail/ and in the backend folders cpu/ and cuda/, do not (core installs its public CUDA
-# runtime headers itself; tools/check_layers.py checks that no public header includes an
-# internal one). A folder with no sources yet is an INTERFACE library, so the layout and the
+# under detail/, in the step compiler's fusion/ and in the backend folders cpu/ and cuda/, do not
+# (core installs its public CUDA runtime headers itself; tools/check_layers.py checks that no
+# public header includes an internal one). A folder with no sources yet is an INTERFACE library, so the layout and the
 # link graph exist from day one.
 function(nabla_add_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;CUDA_SOURCES;PUBLIC;PRIVATE" ${ARGN})
@@ -29,5 +29,5 @@ function(nabla_add_library name)
   set_property(GLOBAL APPEND PROPERTY NABLA_EXPORTED_TARGETS ${target})
   install(DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}/" DESTINATION include/nabla/${name}
           FILES_MATCHING PATTERN "*.h" PATTERN "CMakeFiles" EXCLUDE PATTERN "detail" EXCLUDE
-          PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE)
+          PATTERN "cpu" EXCLUDE PATTERN "cuda" EXCLUDE PATTERN "fusion" EXCLUDE)
 endfunction()

@@ -15,6 +15,7 @@
 
 #include <utility>
 
+#include "nabla/core/deferred.h"
 #include "nabla/core/device.h"
 #include "nabla/core/profiler.h"
 #include "nabla/core/tensor.h"
@@ -28,13 +29,13 @@ inline constexpr bool kHasCuda = NABLA_HAS_CUDA != 0;
 // The error for a CUDA device reaching `op` in a build without CUDA.
 [[noreturn]] void built_without_cuda(const char* op);
 
-// Runs `cpu()` on a CPU device and `cuda()` on a CUDA one, and returns what it returns (both
-// must return the same type). Note [One backend dispatch].
-template <class Cpu, class Cuda>
-decltype(auto) dispatch(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
+namespace detail {
+template <bool kFlush, class Cpu, class Cuda>
+decltype(auto) dispatch_to(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
   const profiler::detail::Scope timed(op, device.is_cuda() ? device.index : -1);  // core/profiler.h
   if (device.is_cuda()) {
     if constexpr (kHasCuda) {
+      if constexpr (kFlush) flush_deferred();
       return std::forward<Cuda>(cuda)();
     } else {
       built_without_cuda(op);
@@ -42,11 +43,28 @@ decltype(auto) dispatch(const char* op, const Device& device, Cpu&& cpu, Cuda&& 
   }
   return std::forward<Cpu>(cpu)();
 }
+}  // namespace detail
+
+// Runs `cpu()` on a CPU device and `cuda()` on a CUDA one, and returns what it returns (both
+// must return the same type). Note [One backend dispatch]. On CUDA it first runs the pointwise
+// launches a compiled step holds back (Note [Deferred launches] in core/deferred.h), so the op
+// reads what they write.
+template <class Cpu, class Cuda>
+decltype(auto) dispatch(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
+  return detail::dispatch_to<true>(op, device, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
+}
 
 // The same, by the device of `on`.
 template <class Cpu, class Cuda>
 decltype(auto) dispatch(const char* op, const Tensor& on, Cpu&& cpu, Cuda&& cuda) {
   return dispatch(op, on.device(), std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
+}
+
+// For the pointwise front ends only (unary, binary, where), whose CUDA branch offers the op to
+// the step compiler's recorder before launching it: no flush, so a chain of them stays held.
+template <class Cpu, class Cuda>
+decltype(auto) dispatch_pointwise(const char* op, const Tensor& on, Cpu&& cpu, Cuda&& cuda) {
+  return detail::dispatch_to<false>(op, on.device(), std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
 }
 
 }  // namespace nabla

@@ -87,7 +87,13 @@ Tensor GraphedStep::operator()(const TensorList& inputs) {
   if (calls_ == options_.warmup) {
     // The last warm-up call is the steady step: it must not wait, or the graph could not hold it.
     cuda::HostWaitCounter waits;
-    Tensor out = eager(inputs);
+    Tensor out;
+    {
+      FusionScope fuse(options_.fuse);
+      out = eager(inputs);
+      fuse.flush();
+      warmup_fusion_ = fuse.stats();
+    }
     if (waits.count() > 0) {
       permanent_reason_ = eager_reason_ = fmt::format(
           "the step makes the host wait for the GPU ({} time(s) in the last eager warm-up call; first: {}), "
@@ -111,7 +117,13 @@ Tensor GraphedStep::capture(const TensorList& inputs) {
   graph_ = std::make_unique<cuda::Graph>();
   try {
     graph_->capture_begin(stream);
-    Tensor out = step_(static_inputs_);
+    Tensor out;
+    {
+      FusionScope fuse(options_.fuse);
+      out = step_(static_inputs_);
+      fuse.flush();
+      capture_fusion_ = fuse.stats();
+    }
     graph_->capture_end();
     NABLA_CHECK(out.defined(), "make_graphed_step: the step returned an undefined tensor");
     output_ = out.detach();

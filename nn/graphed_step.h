@@ -43,6 +43,7 @@
 #include <utility>
 
 #include "nabla/core/tensor.h"
+#include "nabla/ops/fusion.h"
 
 namespace nabla::cuda {
 class Graph;
@@ -62,6 +63,12 @@ struct GraphedStepOptions {
   // reused synthetic batch or PyTorch's static_input.copy_(batch) idiom. Leave it off for batches
   // from a loader, whose buffers are recycled.
   bool adopt_inputs = false;
+  // The step compiler (ops/fusion.h): the last warm-up call and the capture record the step's
+  // pointwise CUDA ops and run each chain as one generated kernel, writing only the values
+  // something reads later. The warm-up call compiles (or loads from the disk cache) every kernel,
+  // so the capture loads none. Results are bitwise those of the unfused step. NABLA_FUSION=0 in
+  // the environment turns it off too.
+  bool fuse = true;
 };
 
 // The step: inputs in, one tensor out (the loss, say).
@@ -86,6 +93,9 @@ class GraphedStep {
   // Why the last call ran eagerly after the warm-up ("" when it replayed).
   const std::string& eager_reason() const { return eager_reason_; }
   int64_t replays() const { return replays_; }
+  // What the step compiler did in the last warm-up call (which compiles) and in the capture.
+  const FusionStats& warmup_fusion() const { return warmup_fusion_; }
+  const FusionStats& capture_fusion() const { return capture_fusion_; }
   int64_t eager_calls() const { return eager_calls_; }
   // The buffers the graph reads its inputs from (empty before the capture). Writing a batch
   // straight into them saves the copy; a call given these very tensors copies nothing.
@@ -108,6 +118,8 @@ class GraphedStep {
   std::string permanent_reason_;  // set: every call is eager
   std::string eager_reason_;
   bool warned_mismatch_ = false;
+  FusionStats warmup_fusion_;
+  FusionStats capture_fusion_;
 };
 
 // A GraphedStep from a callable taking a TensorList or one to four tensors.

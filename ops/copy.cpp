@@ -21,6 +21,7 @@
 #include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
 
@@ -169,7 +170,8 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
           ? empty_with_layout(x, dtype, device)
           : Tensor::empty(x.sizes(),
                           {.dtype = dtype, .device = device, .memory_format = x.suggest_memory_format()});
-  {
+  // A dtype cast on one GPU is pointwise: a compiled step records it (Note [Deferred launches]).
+  if (x.device() != device || !ops::fusion::record_cast(x, out)) {
     NoGradGuard no_grad;
     copy_values(out, x);
   }

@@ -13,6 +13,7 @@
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/reduce.h"
 
 namespace nabla {
@@ -47,8 +48,14 @@ Tensor unary_forward(UnaryOp op, const Tensor& x_in, const char* name, UnaryPara
   DType out_dtype = ops::is_comparison(op) ? kBool : x.dtype();
   Tensor out = Tensor::empty(
       x.sizes(), {.dtype = out_dtype, .device = x.device(), .memory_format = output_format(x.sizes(), {&x})});
-  ops::dispatch(
-      ops::name(op), x, [&] { ops::cpu::unary(op, x, out, p); }, [&] { ops::cuda::unary(op, x, out, p); });
+  // A compiled step records the op instead (Note [Deferred launches]); what it declines runs now.
+  nabla::dispatch_pointwise(
+      ops::name(op), x, [&] { ops::cpu::unary(op, x, out, p); },
+      [&] {
+        if (ops::fusion::record_unary(op, x, out, p)) return;
+        flush_deferred();
+        ops::cuda::unary(op, x, out, p);
+      });
   return out;
 }
 
@@ -75,9 +82,13 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   DType out_dtype = ops::is_comparison(op) ? kBool : common;
   Tensor out = Tensor::empty(
       sizes, {.dtype = out_dtype, .device = a.device(), .memory_format = output_format(sizes, {&a, &b})});
-  ops::dispatch(
+  nabla::dispatch_pointwise(
       ops::name(op), a, [&] { ops::cpu::binary(op, a, b, out, alpha); },
-      [&] { ops::cuda::binary(op, a, b, out, alpha); });
+      [&] {
+        if (ops::fusion::record_binary(op, a, b, out, alpha)) return;
+        flush_deferred();
+        ops::cuda::binary(op, a, b, out, alpha);
+      });
   return out;
 }
 
@@ -463,8 +474,13 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   Shape sizes = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
   Tensor out = Tensor::empty(
       sizes, {.dtype = common, .device = a.device(), .memory_format = output_format(sizes, {&ac, &bc})});
-  ops::dispatch(
-      "where", a, [&] { ops::cpu::where(cond, ac, bc, out); }, [&] { ops::cuda::where(cond, ac, bc, out); });
+  nabla::dispatch_pointwise(
+      "where", a, [&] { ops::cpu::where(cond, ac, bc, out); },
+      [&] {
+        if (ops::fusion::record_where(cond, ac, bc, out)) return;
+        flush_deferred();
+        ops::cuda::where(cond, ac, bc, out);
+      });
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
     autograd::record("WhereBackward", {a, b}, {out}, {cond}, [sa, sb](BackwardContext& c) {

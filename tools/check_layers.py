@@ -13,9 +13,10 @@ which use the installed API, nor tests/, which may look inside) and fails on:
      one whose first line says "Internal", included from another library;
   4. a public header (installed, see cmake/NablaLibrary.cmake) that includes an internal one, so
      the installed headers would not compile;
-  5. a header whose place and first line disagree: one marked "Internal" outside `detail/` and
-     the backend folders `cpu/` and `cuda/` (where nothing is installed but core/cuda's public
-     runtime headers), or one in those folders not marked either way.
+  5. a header whose place and first line disagree: one marked "Internal" outside `detail/`, the
+     step compiler's `fusion/` and the backend folders `cpu/` and `cuda/` (where nothing is
+     installed but core/cuda's public runtime headers), or one in those folders not marked
+     either way.
 
 Cases the rules do not fit live in SHARED_INTERNALS and FOLDER_EXCEPTIONS below, each with its
 reason; an entry that no longer matches anything is an error too, so the lists cannot go stale.
@@ -93,7 +94,8 @@ def first_line(header: Path) -> str:
 
 def in_internal_folder(relative: Path) -> bool:
     folders = relative.parts[:-1]
-    return "detail" in folders or "cpu" in folders or "cuda" in folders
+    # fusion/: the step compiler's internals (IR, planner, code generator), ops-only like detail/.
+    return "detail" in folders or "cpu" in folders or "cuda" in folders or "fusion" in folders
 
 
 def is_internal(header: Path) -> bool:
@@ -139,7 +141,7 @@ def check(root: Path) -> list[str]:
             marked_internal = bool(re.match(r"^//\s*Internal\b", line))
             marked_public = bool(re.match(r"^//\s*Public header\b", line))
             if marked_internal and not in_internal_folder(relative):
-                problems.append(f"{relative}: marked Internal but outside detail/, cpu/ and cuda/, so it is installed")
+                problems.append(f"{relative}: marked Internal but outside detail/, cpu/, cuda/ and fusion/, so it is installed")
             elif in_internal_folder(relative) and not (marked_internal or marked_public):
                 problems.append(f"{relative}: in an internal folder but marked neither Internal nor Public header")
         for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):

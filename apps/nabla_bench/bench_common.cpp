@@ -91,4 +91,18 @@ void write_json_rows(const std::string& path, const std::vector<nlohmann::json>&
   std::printf("wrote %s\n", path.c_str());
 }
 
+void print_fusion_report(const nn::GraphedStep& step) {
+  const FusionStats& w = step.warmup_fusion();
+  if (w.recorded_ops == 0) {
+    std::printf("step compiler: off (NABLA_FUSION=0, or nothing to fuse)\n");
+    return;
+  }
+  std::printf(
+      "step compiler: %d fused kernels for %d ops (%d ops unfused, %d never needed, %d fallbacks); compile "
+      "%.2f s "
+      "(%d programs compiled, %d from the kernel cache)\n",
+      w.fused_kernels, w.fused_ops, w.eager_ops, w.dead_ops, w.fallbacks, w.compile_s, w.compiled,
+      w.from_disk);
+}
+
 }  // namespace nabla::bench

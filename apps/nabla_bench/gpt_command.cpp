@@ -37,6 +37,7 @@ struct GptBenchOptions {
   std::string amp = "bf16";  // off, fp16, bf16
   std::string modes = "eager,compile";
   int profile = 0;
+  bool cuda_graph = false;  // capture the step once and replay it; the step compiler fuses it
   std::string json_path;
   TorchOptions torch;
 };
@@ -68,8 +69,13 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
     opt.zero_grad();
     return loss.detach();
   };
+  // --cuda-graph: one graph per step, through nn::make_graphed_step, whose step compiler fuses
+  // the pointwise ops (NABLA_FUSION=0 turns it off). The batch is one tensor reused every step.
+  nn::GraphedStep graphed([&](const TensorList&) { return step(); },
+                          {.warmup = 3, .enabled = o.cuda_graph && device.is_cuda(), .adopt_inputs = true});
+  const auto run_step = [&] { return o.cuda_graph ? graphed(window) : step(); };
   const auto warm_start = std::chrono::steady_clock::now();
-  for (int i = 0; i < o.warmup; ++i) step();
+  for (int i = 0; i < std::max(o.warmup, o.cuda_graph ? 5 : 0); ++i) run_step();
   if (device.is_cuda()) {
     cuda::synchronize();
     cuda::reset_peak_memory_stats();
@@ -80,7 +86,7 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
   const auto wall = std::chrono::steady_clock::now();
   if (device.is_cuda()) start.record(cuda::current_stream());
   Tensor loss;
-  for (int i = 0; i < o.steps; ++i) loss = step();
+  for (int i = 0; i < o.steps; ++i) loss = run_step();
   double ms = 0;
   if (device.is_cuda()) {
     end.record(cuda::current_stream());
@@ -102,7 +108,9 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
                         {"tokens_s", static_cast<double>(o.batch * o.seq) * 1000.0 / ms},
                         {"peak_alloc_GiB", device.is_cuda() ? gib(cuda::max_memory_allocated()) : 0.0},
                         {"warmup_s", warmup_s},
+                        {"cuda_graph", o.cuda_graph && graphed.graphed()},
                         {"loss", loss.item<double>()}};
+  if (o.cuda_graph) print_fusion_report(graphed);
   if (o.profile > 0) {
     profiler::start();
     for (int i = 0; i < o.profile; ++i) step();
@@ -193,6 +201,9 @@ void add_gpt_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--profile", options->profile, "after timing, this many steps under nabla::profiler")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--cuda-graph", options->cuda_graph,
+                "capture the step into a CUDA graph (nn::make_graphed_step) and replay it; the step compiler "
+                "fuses its pointwise ops unless NABLA_FUSION=0");
   cmd->add_option("--json", options->json_path, "also write the rows to this file as a JSON list");
   add_torch_flags(cmd, options->torch);
   cmd->callback([options] { run_gpt(*options); });

@@ -313,6 +313,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
                                      : "eager: " + graphed.eager_reason();
   if (env.rank == 0) {
     std::printf("step: %s\n", graph_note.c_str());
+    if (o.cuda_graph) print_fusion_report(graphed);
     const std::string input =
         o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
     std::printf(

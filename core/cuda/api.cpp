@@ -11,6 +11,7 @@
 #include "nabla/core/cuda/pinned_allocator.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
+#include "nabla/core/deferred.h"
 #include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
 
@@ -40,6 +41,7 @@ void set_device(int index) {
     built_without_cuda("cuda::set_device");
 }
 void synchronize() {
+  flush_deferred();  // Note [Deferred launches]: held pointwise ops run before anything waits
   note_host_wait("a device synchronization (cuda::synchronize)");
   if constexpr (kHasCuda)
     backend::synchronize();
@@ -53,6 +55,7 @@ Allocator& device_allocator(int index) {
     built_without_cuda("CUDA tensor allocation");
 }
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
+  flush_deferred();
   if (dst_device.is_cpu() && src_device.is_cuda())
     note_host_wait("a copy from the GPU to the host (item(), cpu())");
   NABLA_CHECK(
@@ -66,6 +69,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     built_without_cuda("a copy to or from a CUDA device");
 }
 void memset_zero(void* dst, Device device, size_t nbytes) {
+  flush_deferred();
   if constexpr (kHasCuda)
     backend::memset_zero(dst, device, nbytes);
   else
@@ -81,6 +85,7 @@ bool Stream::query() const {
     built_without_cuda("cuda::Stream::query");
 }
 void Stream::synchronize() const {
+  flush_deferred();
   note_host_wait("a stream synchronization");
   if constexpr (kHasCuda)
     backend::stream_synchronize(*this);
@@ -142,6 +147,7 @@ Event::~Event() {
   }
 }
 void Event::record(Stream stream) {
+  flush_deferred();
   if constexpr (kHasCuda) {
     if (!handle_) {
       // An event belongs to the device current at its creation: make that the stream's.
@@ -320,6 +326,7 @@ void Graph::capture_begin(Stream stream) {
 
 void Graph::capture_end() {
   NABLA_CHECK(capturing_, "Graph::capture_end: no capture in progress");
+  flush_deferred();
   capturing_ = false;
   capturing_graph = nullptr;
   capturing_id = 0;

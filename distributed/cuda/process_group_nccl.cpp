@@ -21,6 +21,7 @@
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
+#include "nabla/core/deferred.h"
 #include "nabla/core/logging.h"
 #include "nabla/distributed/cuda/nccl_state.h"
 #include "nabla/ops/factory.h"
@@ -201,6 +202,7 @@ namespace {
 template <typename Launch>
 std::shared_ptr<Work> run(const std::shared_ptr<ProcessGroupNccl::State>& state, std::string what,
                           std::initializer_list<const Tensor*> tensors, bool host_wait, Launch&& launch) {
+  flush_deferred();  // held pointwise ops (Note [Deferred launches]) write what this may read
   auto& s = *state;
   s.check_healthy(what);
   auto ticket = std::make_shared<ProcessGroupNccl::State::Ticket>();

@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "nabla/core/host_device.h"
-#include "nabla/ops/detail/op_kinds.h"
+#include "nabla/ops/detail/op_enums.h"
 
 namespace nabla::ops::formula {
 

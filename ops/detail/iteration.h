@@ -24,24 +24,37 @@ struct IterationPlan {
   int64_t numel = 0;
 };
 
-template <int N>
-IterationPlan<N> plan_iteration(const std::array<const Tensor*, N>& operands) {
-  IterationPlan<N> plan;
-  const Tensor& out = *operands[0];
-  const int64_t nd = out.dim();
-  plan.numel = out.numel();
-  const Shape& sizes = out.sizes();
-  std::array<std::vector<int64_t>, N> strides;
-  for (int k = 0; k < N; ++k) {
-    const Tensor& t = *operands[k];
-    NABLA_ASSERT(t.dim() <= nd, "elementwise operand has more dims than the output");
+// One operand of an iteration: its sizes and strides (its own dims, aligned right against the
+// iteration's, broadcasting where a size is 1 or a dim is missing) and the unit its strides are
+// counted in (an item's bytes, or 1 for elements).
+struct IterationOperand {
+  const Shape& sizes;
+  const Shape& strides;
+  int64_t unit = 1;
+};
+
+// The iteration over `sizes` of the operands (the first one the output, whose strides order the
+// dims): dims of size 1 dropped, the rest ordered by the first operand's strides, largest first,
+// and neighbours contiguous in every operand merged. Strides come out in each operand's unit,
+// outermost first; one element (or none) is one dense dim.
+struct CoalescedDims {
+  std::vector<int64_t> sizes;
+  std::vector<std::vector<int64_t>> strides;  // [operand][dim]
+};
+
+inline CoalescedDims coalesce_dims(const Shape& sizes, const std::vector<IterationOperand>& operands) {
+  const auto nd = static_cast<int64_t>(sizes.size());
+  const size_t n = operands.size();
+  std::vector<std::vector<int64_t>> strides(n);
+  for (size_t k = 0; k < n; ++k) {
+    const IterationOperand& t = operands[k];
+    const auto td = static_cast<int64_t>(t.sizes.size());
+    NABLA_ASSERT(td <= nd, "elementwise operand has more dims than the output");
     strides[k].assign(nd, 0);
-    const int64_t off = nd - t.dim();
-    const auto item = static_cast<int64_t>(t.itemsize());
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      strides[k][off + d] = t.size(d) == 1 && sizes[off + d] != 1 ? 0 : t.stride(d) * item;
+    const int64_t off = nd - td;
+    for (int64_t d = 0; d < td; ++d) {
+      strides[k][off + d] = t.sizes[d] == 1 && sizes[off + d] != 1 ? 0 : t.strides[d] * t.unit;
     }
-    plan.data[k] = static_cast<char*>(t.data_ptr());
   }
   std::vector<int64_t> order;
   for (int64_t d = 0; d < nd; ++d) {
@@ -49,25 +62,40 @@ IterationPlan<N> plan_iteration(const std::array<const Tensor*, N>& operands) {
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return strides[0][a] > strides[0][b]; });
-  std::vector<int64_t> s;
-  std::array<std::vector<int64_t>, N> st;
+  CoalescedDims out;
+  out.strides.resize(n);
   for (int64_t d : order) {
-    bool merge = !s.empty();
-    for (int k = 0; k < N && merge; ++k) merge = st[k].back() == strides[k][d] * sizes[d];
+    bool merge = !out.sizes.empty();
+    for (size_t k = 0; k < n && merge; ++k) merge = out.strides[k].back() == strides[k][d] * sizes[d];
     if (merge) {
-      s.back() *= sizes[d];
-      for (int k = 0; k < N; ++k) st[k].back() = strides[k][d];
+      out.sizes.back() *= sizes[d];
+      for (size_t k = 0; k < n; ++k) out.strides[k].back() = strides[k][d];
     } else {
-      s.push_back(sizes[d]);
-      for (int k = 0; k < N; ++k) st[k].push_back(strides[k][d]);
+      out.sizes.push_back(sizes[d]);
+      for (size_t k = 0; k < n; ++k) out.strides[k].push_back(strides[k][d]);
     }
   }
-  if (s.empty()) {  // one element (or none): call it dense
-    s.push_back(1);
-    for (int k = 0; k < N; ++k) st[k].push_back(static_cast<int64_t>(operands[k]->itemsize()));
+  if (out.sizes.empty()) {  // one element (or none): call it dense
+    out.sizes.push_back(1);
+    for (size_t k = 0; k < n; ++k) out.strides[k].push_back(operands[k].unit);
   }
-  plan.sizes = std::move(s);
-  plan.strides = std::move(st);
+  return out;
+}
+
+template <int N>
+IterationPlan<N> plan_iteration(const std::array<const Tensor*, N>& operands) {
+  IterationPlan<N> plan;
+  std::vector<IterationOperand> dims;
+  dims.reserve(N);
+  for (int k = 0; k < N; ++k) {
+    const Tensor& t = *operands[k];
+    dims.push_back({t.sizes(), t.strides(), static_cast<int64_t>(t.itemsize())});
+    plan.data[k] = static_cast<char*>(t.data_ptr());
+  }
+  plan.numel = operands[0]->numel();
+  CoalescedDims c = coalesce_dims(operands[0]->sizes(), dims);
+  plan.sizes = std::move(c.sizes);
+  for (int k = 0; k < N; ++k) plan.strides[k] = std::move(c.strides[k]);
   return plan;
 }
 

@@ -1,0 +1,30 @@
+// Public header. Launches the step compiler holds back, and when they must run.
+//
+// Note [Deferred launches]: while a step is compiled (nn::GraphedStepOptions::fuse), pointwise
+// ops on CUDA tensors do not launch their kernels: they record themselves, and the recorder
+// (ops/fusion/recorder.h) turns the ops recorded since the last flush into fused kernels when
+// something needs their results. nabla::dispatch flushes before every op that is not pointwise,
+// and so do the runtime's host copies and synchronizations, collectives, and the end of a graph
+// capture. Code that launches its own kernels on nabla tensors without going through
+// nabla::dispatch calls flush_deferred() first; outside a compiled step it does nothing.
+#pragma once
+
+namespace nabla {
+
+class DeferredLaunches {
+ public:
+  virtual ~DeferredLaunches() = default;
+  // Runs everything held back, in order.
+  virtual void flush() = 0;
+};
+
+namespace detail {
+// The thread's recorder, or null (outside a compiled step).
+inline thread_local DeferredLaunches* t_deferred = nullptr;
+}  // namespace detail
+
+inline void flush_deferred() {
+  if (DeferredLaunches* d = detail::t_deferred) d->flush();
+}
+
+}  // namespace nabla

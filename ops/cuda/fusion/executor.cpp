@@ -1,0 +1,97 @@
+#include "nabla/ops/cuda/fusion/executor.h"
+
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "nabla/core/cuda/graph.h"
+#include "nabla/core/error.h"
+#include "nabla/core/logging.h"
+#include "nabla/ops/cuda/elementwise/kernels.h"
+#include "nabla/ops/cuda/fusion/kernels.h"
+#include "nabla/ops/cuda/fusion/nvrtc.h"
+#include "nabla/ops/fusion/codegen.h"
+
+namespace nabla::ops::cuda::fusion {
+
+namespace {
+
+using ops::fusion::Group;
+using ops::fusion::Op;
+using ops::fusion::OpKind;
+using ops::fusion::Region;
+
+// One warning per distinct cause: a step with forty groups and no NVRTC warns once.
+void warn_once(const std::string& cause) {
+  static std::mutex mutex;
+  static std::set<std::string> seen;
+  std::lock_guard lock(mutex);
+  if (seen.insert(cause).second) {
+    NABLA_LOG_WARN("step compiler: running fused groups unfused: {}", cause);
+  }
+}
+
+void run_eagerly(const Region& region, const Op& op, std::span<const Tensor> t) {
+  const auto v = [&](int value) -> const Tensor& { return t[static_cast<size_t>(value)]; };
+  switch (op.kind) {
+    case OpKind::Unary:
+      ops::cuda::unary(op.unary, v(op.args[0]), v(op.result), op.params);
+      return;
+    case OpKind::Binary:
+      ops::cuda::binary(op.binary, v(op.args[0]), v(op.args[1]), v(op.result), op.alpha);
+      return;
+    case OpKind::Where:
+      ops::cuda::where(v(op.args[0]), v(op.args[1]), v(op.args[2]), v(op.result));
+      return;
+    case OpKind::Cast:
+      ops::cuda::copy(v(op.args[0]), v(op.result));
+      return;
+  }
+  NABLA_ASSERT(false, "fusion executor: {} has no eager kernel", describe(region, op));
+}
+
+}  // namespace
+
+RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::span<const Tensor> tensors) {
+  NABLA_ASSERT(tensors.size() == region.values().size(), "fusion executor: {} tensors for {} values",
+               tensors.size(), region.values().size());
+  RunCounts counts;
+  const LoadStats before = load_stats();
+  const bool may_load = !nabla::cuda::is_capturing();
+  for (const Group& group : plan.groups) {
+    if (group.fused) {
+      std::string cause = nvrtc_unavailable_reason();
+      if (cause.empty()) {
+        try {
+          const ops::fusion::KernelSource source = ops::fusion::generate_kernel(region, group);
+          const Tensor& first = tensors[static_cast<size_t>(source.operands.front())];
+          const LoadedKernel kernel = load_kernel(source, first.device().index, may_load);
+          std::vector<void*> pointers;
+          pointers.reserve(source.operands.size());
+          for (int value : source.operands)
+            pointers.push_back(tensors[static_cast<size_t>(value)].data_ptr());
+          launch_kernel(kernel, source, pointers);
+          ++counts.fused_kernels;
+          counts.fused_ops += static_cast<int>(group.ops.size());
+          continue;
+        } catch (const std::exception& e) {
+          cause = e.what();
+        }
+      }
+      warn_once(cause);
+      ++counts.fallbacks;
+    }
+    for (int o : group.ops) {
+      run_eagerly(region, region.op(o), tensors);
+      ++counts.eager_ops;
+    }
+  }
+  const LoadStats& after = load_stats();
+  counts.compiled = after.compiled - before.compiled;
+  counts.from_disk = after.from_disk - before.from_disk;
+  counts.compile_s = after.compile_s - before.compile_s;
+  return counts;
+}
+
+}  // namespace nabla::ops::cuda::fusion

@@ -1,0 +1,28 @@
+// Internal (ops/cuda/fusion). Runs a planned region on CUDA: one generated kernel per fused group,
+// the eager kernels for every other op, in the plan's order, on the current stream.
+#pragma once
+
+#include <span>
+
+#include "nabla/core/tensor.h"
+#include "nabla/ops/fusion/plan.h"
+
+namespace nabla::ops::cuda::fusion {
+
+struct RunCounts {
+  int fused_kernels = 0;  // generated kernels launched
+  int fused_ops = 0;      // ops they computed
+  int eager_ops = 0;      // ops run by their eager kernels
+  int fallbacks = 0;      // fused groups run op by op because their kernel could not be had
+  int compiled = 0;       // programs NVRTC compiled for this run
+  int from_disk = 0;      // programs the disk cache gave
+  double compile_s = 0;   // seconds in NVRTC
+};
+
+// tensors[v] is value v's tensor, for every value of the region: the inputs, and for each result
+// the buffer eager mode would have written (a fused group writes only its outputs). A group whose
+// kernel cannot be compiled or loaded runs op by op, after one warning naming the cause.
+RunCounts run_region(const ops::fusion::Region& region, const ops::fusion::Plan& plan,
+                     std::span<const Tensor> tensors);
+
+}  // namespace nabla::ops::cuda::fusion

@@ -1,0 +1,59 @@
+// Public header. The step compiler's switch: pointwise fusion for a block of code (a training
+// step), used by nn::make_graphed_step when its options ask for it (fuse = true).
+//
+//   {
+//     nb::FusionScope fuse;           // pointwise CUDA ops from here on are recorded...
+//     auto y = nb::gelu(x + b) * s;   // ...and run as one generated kernel when y is needed
+//   }                                 // (or here, at the latest)
+//
+// Inside a scope, chains of pointwise ops on CUDA tensors (unary and binary ops, where, dtype
+// casts) are recorded instead of launched; when an op that is not pointwise needs their results,
+// each chain of one shape runs as one kernel generated as CUDA C++ and compiled with NVRTC,
+// writing only the values something still holds (Note [The step compiler] in
+// docs/design/step-compiler.md). Results are bitwise those of eager mode. Without NVRTC, or for
+// a kernel that does not compile, the ops run unfused after one warning naming the cause. On the
+// CPU, and with NABLA_FUSION=0 in the environment, a scope does nothing.
+#pragma once
+
+#include <memory>
+
+#include "nabla/core/deferred.h"
+
+namespace nabla {
+
+struct FusionStats {
+  int flushes = 0;        // times held ops were run
+  int recorded_ops = 0;   // ops recorded
+  int fused_kernels = 0;  // generated kernels launched
+  int fused_ops = 0;      // ops those kernels computed
+  int eager_ops = 0;      // recorded ops run by their own kernels (alone, or not fusible)
+  int fallbacks = 0;      // fused groups run unfused because their kernel could not be had
+  int dead_ops = 0;       // recorded ops whose results nothing read: never run
+  int compiled = 0;       // kernel programs compiled with NVRTC (a cold cache)
+  int from_disk = 0;      // kernel programs read from the disk cache
+  double compile_s = 0;   // seconds spent compiling
+};
+
+// Whether NABLA_FUSION leaves fusion on (unset, or anything but "0", "off", "false").
+bool fusion_enabled_by_environment();
+
+class FusionScope {
+ public:
+  // enabled = false (or NABLA_FUSION=0) makes an inert scope, so callers need no branch.
+  explicit FusionScope(bool enabled = true);
+  ~FusionScope();  // runs what is still held
+  FusionScope(const FusionScope&) = delete;
+  FusionScope& operator=(const FusionScope&) = delete;
+
+  bool active() const { return recorder_ != nullptr; }
+  // Runs what is held now.
+  void flush();
+  // Counts so far (what has been flushed).
+  FusionStats stats() const;
+
+ private:
+  std::unique_ptr<DeferredLaunches> recorder_;
+  DeferredLaunches* previous_ = nullptr;
+};
+
+}  // namespace nabla

@@ -1,0 +1,259 @@
+#include "nabla/ops/fusion/codegen.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "nabla/core/error.h"
+#include "nabla/ops/detail/iteration.h"
+#include "nabla/ops/detail/op_kinds.h"
+
+namespace nabla::ops::fusion {
+
+// Note [Generated kernels]: a fused group becomes one grid-stride loop over its elements. Each
+// thread turns its linear index into coordinates of the coalesced iteration (coalesce_dims,
+// shared with the eager kernels), loads its inputs, computes every op of the group with the
+// formulas the eager kernels use (detail/elementwise_formulas.h, included through the prelude),
+// and stores the group's outputs. Two rules keep a fused kernel's results bitwise equal to the
+// eager kernels':
+//   - a 16-bit value read again inside the kernel is rounded to its dtype first (rnd_f16,
+//     rnd_bf16), as eager mode's store and reload would;
+//   - a float or double value read again passes through keep(), an empty asm statement, so the
+//     compiler cannot contract a multiply in one op with an add in the next into an FMA that
+//     eager mode, running them as two kernels, never computes.
+// Inside one formula the compiler contracts as nvcc does for the eager kernels (both default to
+// --fmad=true).
+
+namespace {
+
+const char* type_suffix(DType dtype) {
+  switch (dtype) {
+    case kFloat32:
+      return "f32";
+    case kFloat16:
+      return "f16";
+    case kBFloat16:
+      return "bf16";
+    case kFloat64:
+      return "f64";
+    case kBool:
+      return "b8";
+    default:
+      NABLA_ASSERT(false, "fusion codegen: dtype {} reached the code generator", dtype_name(dtype));
+  }
+}
+
+// A double as source text that reads back to the same bits: a hex literal when finite.
+std::string double_literal(double x) {
+  if (std::isfinite(x)) return fmt::format("{:a}", x);
+  return fmt::format("__longlong_as_double(0x{:016x}ULL)", std::bit_cast<uint64_t>(x));
+}
+
+// x converted to the compute type `c` ("float" or "double"), as static_cast<C>(x) would.
+std::string scalar_as(const char* c, double x) {
+  return fmt::format("static_cast<{}>({})", c, double_literal(x));
+}
+
+std::string enum_arg(const char* type, int index, const char* name) {
+  return fmt::format("{}({}) /* {} */", type, index, name);
+}
+
+class Writer {
+ public:
+  Writer(const Region& region, const Group& group) : region_(region), group_(group) {}
+
+  KernelSource write();
+
+ private:
+  bool dense(size_t operand) const;
+  std::string offset_of(size_t operand) const;
+  std::string expression(const Op& op) const;
+  bool read_inside(int value) const;
+
+  const Region& region_;
+  const Group& group_;
+  CoalescedDims dims_;
+  std::string index_type_;
+};
+
+bool Writer::read_inside(int value) const {
+  for (int o : group_.ops) {
+    for (int a : region_.op(o).args) {
+      if (a == value) return true;
+    }
+  }
+  return false;
+}
+
+// Whether the operand is laid out densely in the iteration's order: its offset is the index.
+bool Writer::dense(size_t operand) const {
+  int64_t expected = 1;
+  for (size_t d = dims_.sizes.size(); d-- > 0;) {
+    if (dims_.sizes[d] != 1 && dims_.strides[operand][d] != expected) return false;
+    expected *= dims_.sizes[d];
+  }
+  return true;
+}
+
+// The operand's element offset: the index itself where dense, else from the coordinates c0
+// (outermost) .. c{n-1}.
+std::string Writer::offset_of(size_t operand) const {
+  if (dense(operand)) return "i";
+  const auto& strides = dims_.strides[operand];
+  std::string s;
+  for (size_t d = 0; d < dims_.sizes.size(); ++d) {
+    const int64_t st = strides[d];
+    if (st == 0 || dims_.sizes[d] == 1) continue;
+    if (!s.empty()) s += " + ";
+    s += st == 1 ? fmt::format("c{}", d) : fmt::format("c{} * {}", d, st);
+  }
+  return s.empty() ? "0" : s;
+}
+
+std::string Writer::expression(const Op& op) const {
+  const Value& out = region_.value(op.result);
+  const auto arg = [&](size_t k) { return fmt::format("v{}", op.args.at(k)); };
+  const char* c = compute_type_name(out.dtype);
+  switch (op.kind) {
+    case OpKind::Unary: {
+      const auto index = static_cast<int>(op.unary);
+      if (is_comparison(op.unary)) {
+        return fmt::format("compare_scalar<{}>(static_cast<double>({}), {})",
+                           enum_arg("UnaryOp", index, name(op.unary)), arg(0), double_literal(op.params.a));
+      }
+      const double a = op.params.a, b = op.params.b;
+      const int pow_mode = a == 2.0 ? 2 : a == 0.5 ? 1 : 0;  // UnaryScalars::from
+      return fmt::format("unary<{}>({}, UnaryScalars<{}>{{{}, {}, {}, {}, {}}})",
+                         enum_arg("UnaryOp", index, name(op.unary)), arg(0), c, scalar_as(c, a),
+                         scalar_as(c, b), double_literal(a), double_literal(b), pow_mode);
+    }
+    case OpKind::Binary: {
+      const std::string kind = enum_arg("BinaryOp", static_cast<int>(op.binary), name(op.binary));
+      const DType in = region_.value(op.args[0]).dtype;
+      if (in == kBool) return fmt::format("logical<{}>({}, {})", kind, arg(0), arg(1));
+      if (is_comparison(op.binary)) return fmt::format("compare<{}>({}, {})", kind, arg(0), arg(1));
+      return fmt::format("binary<{}>({}, {}, {})", kind, arg(0), arg(1), scalar_as(c, op.alpha));
+    }
+    case OpKind::Where:
+      return fmt::format("{} ? {} : {}", arg(0), arg(1), arg(2));
+    case OpKind::Cast: {
+      const DType from = region_.value(op.args[0]).dtype;
+      if (out.dtype == kBool && from != kBool) {
+        return fmt::format("{} != static_cast<{}>(0)", arg(0), compute_type_name(from));
+      }
+      return fmt::format("static_cast<{}>({})", c, arg(0));
+    }
+  }
+  NABLA_ASSERT(false, "fusion codegen: an op kind without an expression");
+}
+
+KernelSource Writer::write() {
+  NABLA_ASSERT(group_.fused && !group_.outputs.empty(),
+               "fusion codegen: group is not a fused group with outputs");
+  KernelSource kernel;
+  kernel.operands = group_.outputs;
+  kernel.operands.insert(kernel.operands.end(), group_.inputs.begin(), group_.inputs.end());
+  kernel.numel = numel_of(group_.sizes);
+
+  std::vector<IterationOperand> layout;
+  layout.reserve(kernel.operands.size());
+  for (int v : kernel.operands) layout.push_back({region_.value(v).sizes, region_.value(v).strides, 1});
+  dims_ = coalesce_dims(group_.sizes, layout);
+
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  kernel.index32 = kernel.numel < kLimit;
+  for (const auto& strides : dims_.strides) {
+    int64_t furthest = 0;
+    for (size_t d = 0; d < dims_.sizes.size(); ++d) {
+      if (strides[d] < 0) kernel.index32 = false;
+      furthest += (dims_.sizes[d] - 1) * std::abs(strides[d]);
+    }
+    if (furthest >= kLimit) kernel.index32 = false;
+  }
+  index_type_ = kernel.index32 ? "unsigned" : "long long";
+  const char* suffix = kernel.index32 ? "u" : "ll";
+
+  std::string body;
+  const auto line = [&body](const std::string& s) {
+    body += "    ";
+    body += s;
+    body += '\n';
+  };
+  // Coordinates, innermost first: c{d} for each coalesced dim, where an operand is not dense.
+  const size_t nd = dims_.sizes.size();
+  bool coordinates = false;
+  for (size_t k = 0; k < kernel.operands.size(); ++k) {
+    const std::string offset = offset_of(k);
+    coordinates = coordinates || (offset != "i" && offset != "0");
+  }
+  if (coordinates) {
+    line(fmt::format("{} r = i;", index_type_));
+    for (size_t d = nd; d-- > 0;) {
+      if (d == 0) {
+        line(fmt::format("const {} c0 = r;", index_type_));
+      } else {
+        line(fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d],
+                         suffix));
+      }
+    }
+  }
+  const size_t n_out = group_.outputs.size();
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+    const Value& v = region_.value(kernel.operands[k]);
+    line(fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
+                     type_suffix(v.dtype), k, offset_of(k)));
+  }
+  for (int o : group_.ops) {
+    const Op& op = region_.op(o);
+    const Value& out = region_.value(op.result);
+    std::string s = fmt::format("{} v{} = {};", compute_type_name(out.dtype), op.result, expression(op));
+    if (read_inside(op.result)) {
+      if (out.dtype == kFloat16 || out.dtype == kBFloat16) {
+        s += fmt::format("  v{} = rnd_{}(v{});", op.result, type_suffix(out.dtype), op.result);
+      }
+      if (out.dtype != kBool) s += fmt::format("  keep(v{});", op.result);
+    }
+    line(s);
+  }
+  for (size_t k = 0; k < n_out; ++k) {
+    const Value& v = region_.value(kernel.operands[k]);
+    line(fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, offset_of(k), kernel.operands[k]));
+  }
+
+  const std::string loop = fmt::format(
+      "  for ({0} i = {0}(blockIdx.x) * {1}{3} + threadIdx.x; i < {2}{3}; i += {0}(gridDim.x) * {1}{3}) {{\n",
+      index_type_, kFusedBlockSize, kernel.numel, suffix);
+  const std::string signature_tail = fmt::format(
+      "(nabla_fusion::Pointers<{}> p) {{\n  using namespace nabla_fusion;\n", kernel.operands.size());
+  const std::string kernel_text = signature_tail + loop + body + "  }\n}\n";
+  kernel.name = fmt::format("nabla_fused_{:016x}", fnv1a(kernel_text));
+
+  std::string header =
+      fmt::format("// Generated by nabla's step compiler (ops/fusion/codegen.cpp): {} ops over {}.\n",
+                  group_.ops.size(), shape_str(group_.sizes));
+  for (int o : group_.ops) header += "//   " + describe(region_, region_.op(o)) + "\n";
+  kernel.source =
+      header + fmt::format("#include \"{}\"\n\n", kPreludeName) +
+      fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}", kFusedBlockSize, kernel.name) +
+      kernel_text;
+  return kernel;
+}
+
+}  // namespace
+
+uint64_t fnv1a(const std::string& text, uint64_t seed) {
+  uint64_t h = seed;
+  for (unsigned char ch : text) {
+    h ^= ch;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+KernelSource generate_kernel(const Region& region, const Group& group) {
+  return Writer(region, group).write();
+}
+
+}  // namespace nabla::ops::fusion

@@ -1,0 +1,34 @@
+// Internal (ops). The step compiler's code generator: one fused group of a plan as CUDA C++,
+// compiled at run time with NVRTC (ops/cuda/fusion). Plain C++ that only writes text, so the
+// generated source is tested against golden files on any machine (Note [Generated kernels] in
+// docs/design/step-compiler.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nabla/ops/fusion/plan.h"
+
+namespace nabla::ops::fusion {
+
+// The header every generated kernel includes, by the name NVRTC is given it under.
+inline constexpr const char* kPreludeName = "nabla_fusion_prelude.cuh";
+inline constexpr int kFusedBlockSize = 256;
+
+struct KernelSource {
+  std::string name;           // nabla_fused_<hash of the body>: equal bodies, equal names
+  std::string source;         // CUDA C++ defining one extern "C" kernel taking Pointers<operands>
+  std::vector<int> operands;  // the values behind the kernel's pointers: outputs, then inputs
+  int64_t numel = 0;          // the threads' iteration: the group's elements
+  bool index32 = true;        // every offset fits 32 bits (the index is unsigned 32-bit then)
+};
+
+// The kernel of a fused group (group.fused). Sizes and strides are constants of the source: a
+// captured step's shapes are fixed, and constant divisors compile to multiplies.
+KernelSource generate_kernel(const Region& region, const Group& group);
+
+// FNV-1a, 64-bit: kernel names here, and the compiled-kernel cache's keys.
+uint64_t fnv1a(const std::string& text, uint64_t seed = 0xcbf29ce484222325ULL);
+
+}  // namespace nabla::ops::fusion

@@ -1,0 +1,58 @@
+// Internal (ops). The step compiler's recorder: while one is active on a thread, the pointwise
+// front ends hand it their CUDA ops instead of launching them, and it runs what it holds, fused,
+// when something needs the results (Note [Deferred launches] in core/deferred.h).
+#pragma once
+
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "nabla/core/deferred.h"
+#include "nabla/core/tensor.h"
+#include "nabla/ops/fusion.h"
+#include "nabla/ops/fusion/region.h"
+
+namespace nabla::ops::fusion {
+
+class Recorder final : public DeferredLaunches {
+ public:
+  Recorder() = default;
+  ~Recorder() override;
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  // Each takes the op if it can hold it (CUDA tensors, `out` freshly made by the front end and
+  // read by nothing yet) and returns whether it did; when not, the caller launches it as usual.
+  bool unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams params);
+  bool binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+  bool where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+  bool cast(const Tensor& src, const Tensor& out);
+
+  // Plans what is held (a result someone still holds is live out), runs it, and forgets it.
+  void flush() override;
+
+  const FusionStats& stats() const { return stats_; }
+
+ private:
+  bool accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out);
+  int value_of(const Tensor& t);
+  void add(Op op, const Tensor& out);
+
+  Region region_;
+  std::vector<Tensor> tensors_;                         // per value of region_
+  std::unordered_map<const TensorImpl*, int> by_impl_;  // inputs and results, by tensor
+  std::unordered_set<const Storage*> results_;          // storage written by a held op
+  bool flushing_ = false;
+  FusionStats stats_;
+};
+
+// The recorder active on this thread, or null.
+Recorder* active_recorder();
+
+// What the front ends call: the active recorder takes the op, or nothing does (false).
+bool record_unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams params);
+bool record_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+bool record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+bool record_cast(const Tensor& src, const Tensor& out);
+
+}  // namespace nabla::ops::fusion

@@ -1,0 +1,84 @@
+// Internal (ops). The step compiler's IR: a region of pointwise ops recorded in program order
+// instead of launched (Note [The step compiler] in docs/design/step-compiler.md).
+//
+// A region holds values and ops. A value is either an input (a tensor the region reads and did
+// not produce) or the result of one op; it carries what eager mode would have stored: dtype,
+// sizes and strides (in elements). `live_out` marks the results read after the region (by a later
+// op, by autograd, by the caller): only those, and the ones another kernel of the region reads,
+// are ever written to memory. Plain C++: built and tested without CUDA.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nabla/core/dtype.h"
+#include "nabla/core/shape.h"
+#include "nabla/ops/detail/op_enums.h"
+
+namespace nabla::ops::fusion {
+
+struct Value {
+  DType dtype = kFloat32;
+  Shape sizes;
+  Shape strides;          // elements
+  int producer = -1;      // the op computing it; -1 for an input of the region
+  bool live_out = false;  // read after the region: must be written
+};
+
+enum class OpKind : uint8_t {
+  Unary,   // unary(args[0]) with params
+  Binary,  // binary(args[0], args[1]) with alpha
+  Where,   // args[0] ? args[1] : args[2]
+  Cast,    // args[0] converted to the result's dtype
+};
+
+struct Op {
+  OpKind kind = OpKind::Unary;
+  UnaryOp unary = UnaryOp::Count;
+  BinaryOp binary = BinaryOp::Count;
+  UnaryParams params{};
+  double alpha = 1.0;
+  std::vector<int> args;
+  int result = -1;
+};
+
+class Region {
+ public:
+  // An input: a tensor read by the region, laid out as given (contiguous when strides is empty).
+  int input(DType dtype, Shape sizes, Shape strides = {});
+  // An op whose result is laid out as given. The recorder passes the eager output's layout; the
+  // helpers below take PyTorch's rules (broadcast sizes, contiguous strides) for hand-made graphs.
+  int add(Op op, DType dtype, Shape sizes, Shape strides = {});
+
+  int unary(UnaryOp op, int x, UnaryParams params = {});
+  int binary(BinaryOp op, int a, int b, double alpha = 1.0);
+  int where(int cond, int a, int b);
+  int cast(int x, DType dtype);
+
+  void mark_live_out(int value) { values_.at(static_cast<size_t>(value)).live_out = true; }
+
+  const std::vector<Value>& values() const { return values_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const Value& value(int v) const { return values_.at(static_cast<size_t>(v)); }
+  const Op& op(int o) const { return ops_.at(static_cast<size_t>(o)); }
+  bool empty() const { return ops_.empty(); }
+  void clear();
+
+  // One line per op, for logs and test failures: "%3 = gelu(%2) bf16[8, 64]".
+  std::string dump() const;
+
+ private:
+  std::vector<Value> values_;
+  std::vector<Op> ops_;
+};
+
+// What a kernel generated for the op computes its arithmetic in: float for the 16-bit floats and
+// float32, double for float64, bool for bool (opmath_t on CUDA, compute_t on the CPU).
+const char* compute_type_name(DType dtype);
+// Whether the compiler can fuse the op: floating values (bool for comparisons, masks and
+// conditions), and the kinds a generated kernel can express. The rest run as recorded.
+bool fusible(const Region& region, const Op& op);
+std::string describe(const Region& region, const Op& op);
+
+}  // namespace nabla::ops::fusion

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# One GPU call for the step compiler (issue 43), with issue 45's before/after check riding along.
+# Carry up to three mini bundles (scripts/gpu/mini-bundle.sh):
+#   build/gpu-extra/bundle.tar.xz  the new build: apps/nabla-bench and the test binaries
+#   build/gpu-45/bundle.tar.xz     (optional) apps/nabla-bench of issue 45's last commit
+#   build/gpu-base/bundle.tar.xz   (optional) apps/nabla-bench of the commit before issue 45
+# It finds NVRTC on the machine (the ld.so cache, else a pip wheel's copy) and puts it on
+# LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,ab): tests = the fusion tests;
+# suite = the whole CUDA suite (the graphed-step tests fuse by default now); fusion = ResNet-50
+# fp16 and GPT-2 graphed with NABLA_FUSION=0 and =1 (a fresh kernel cache: the fused runs compile
+# cold); ab = ResNet-50 fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under
+# $OUT; a table last.
+set -uo pipefail
+parts=${PARTS:-tests,suite,fusion,ab}
+source scripts/gpu/unpack.sh
+unpack() {  # unpack NAME: build/gpu-NAME/bundle.tar.xz into build/gpu-NAME-x; echo that folder
+  [[ -f build/gpu-$1/bundle.tar.xz ]] || return 1
+  mkdir -p "build/gpu-$1-x" && tar -xJf "build/gpu-$1/bundle.tar.xz" -C "build/gpu-$1-x" && echo "$PWD/build/gpu-$1-x"
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+
+nvrtc=$(ldconfig -p | awk '/libnvrtc\.so\.13 /{print $NF; exit}')
+if [[ -z $nvrtc ]]; then
+  for dir in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null) /usr/local/cuda/lib64; do
+    nvrtc=$(find "$dir" -name 'libnvrtc.so.13' 2>/dev/null | head -n 1)
+    [[ -n $nvrtc ]] && break
+  done
+  [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$(dirname "$nvrtc"):$LD_LIBRARY_PATH"
+fi
+echo "nvrtc: ${nvrtc:-not found}" | tee "$out/nvrtc.txt"
+export NABLA_KERNEL_CACHE=$PWD/build/kernel-cache
+rm -rf "$NABLA_KERNEL_CACHE"
+
+if has tests; then
+  timeout 120 "$x/tests/nabla_cuda_tests" --gtest_filter='Fusion*:FusedStep*' > "$out/fusion_tests.log" 2>&1
+  echo "fusion_tests rc=$?" >> "$out/rc"
+fi
+if has suite; then
+  for bin in "$x"/tests/nabla_*_tests; do
+    name=$(basename "$bin")
+    filter='*'
+    [[ $name == nabla_cuda_tests ]] || filter='*Cuda*'
+    timeout 300 "$bin" --gtest_filter="$filter" > "$out/$name.log" 2>&1
+    echo "$name rc=$?" >> "$out/rc"
+  done
+fi
+rn50() { timeout 120 "$1/apps/nabla-bench" train --arch resnet50 --batch-size 256 --channels-last --amp "$2" \
+  --steps 30 --cuda-graph; }
+gpt() { timeout 120 "$1/apps/nabla-bench" gpt "${@:2}"; }
+if has fusion; then
+  for fuse in 1 0; do
+    NABLA_FUSION=$fuse rn50 "$x" fp16 > "$out/rn50_fp16_fuse$fuse.log" 2>&1
+    NABLA_FUSION=$fuse gpt "$x" --cuda-graph > "$out/gpt_graph_fuse$fuse.log" 2>&1
+  done
+  gpt "$x" > "$out/gpt_eager.log" 2>&1
+fi
+if has ab; then
+  base=$(unpack base) && i45=$(unpack 45) && for amp in fp16 bf16; do
+    rn50 "$base" "$amp" > "$out/ab_rn50_${amp}_base.log" 2>&1
+    rn50 "$i45" "$amp" > "$out/ab_rn50_${amp}_45.log" 2>&1
+  done && gpt "$base" > "$out/ab_gpt_base.log" 2>&1 && gpt "$i45" > "$out/ab_gpt_45.log" 2>&1
+fi
+
+echo
+cat "$out/nvrtc.txt"
+[[ -f $out/rc ]] && cat "$out/rc"
+for log in "$out"/fusion_tests.log "$out"/nabla_*_tests.log; do
+  [[ -f $log ]] || continue
+  echo "$(basename "$log"): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$log" | head -20
+done
+grep -h -A2 'Skipped' "$out/fusion_tests.log" 2>/dev/null | head -6
+for log in "$out"/rn50_*.log "$out"/ab_rn50_*.log; do
+  [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E 'fp16|bf16' "$log" | tail -n 1)"
+done
+for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
+  [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
+done
+grep -h "step compiler" "$out"/*.log 2>/dev/null | head -6

@@ -1,0 +1,272 @@
+// The step compiler on CUDA (ops/cuda/fusion): NVRTC compiles what the code generator writes
+// (no GPU needed), and on a GPU every fused group's kernel writes exactly the bits the eager
+// kernels write for the same ops, on fresh random inputs.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <tuple>
+
+#include "nabla/ops/cuda/fusion/executor.h"
+#include "nabla/ops/cuda/fusion/kernels.h"
+#include "nabla/ops/cuda/fusion/nvrtc.h"
+#include "nabla/ops/fusion.h"
+#include "nabla/ops/fusion/codegen.h"
+#include "parity_util.h"
+#include "test_paths.h"
+
+namespace nabla {
+namespace {
+
+using namespace ops::fusion;  // NOLINT: the module under test
+using ops::BinaryOp;
+using ops::UnaryOp;
+
+#define SKIP_WITHOUT_NVRTC()                                                                \
+  if (const std::string& why = ops::cuda::fusion::nvrtc_unavailable_reason(); !why.empty()) \
+  GTEST_SKIP() << why
+
+TEST(FusionNvrtc, TheGoldenKernelsCompileForHopper) {
+  SKIP_WITHOUT_NVRTC();
+  int files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(testing::source_file("tests/ops/golden/fusion"))) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string cubin;
+    ASSERT_NO_THROW(cubin = ops::cuda::fusion::compile_to_cubin(text.str(), 90)) << entry.path();
+    EXPECT_GT(cubin.size(), 256u) << entry.path();
+    ++files;
+  }
+  EXPECT_GE(files, 3);
+}
+
+TEST(FusionNvrtc, ASourceThatDoesNotCompileGivesNvrtcsLog) {
+  SKIP_WITHOUT_NVRTC();
+  try {
+    ops::cuda::fusion::compile_to_cubin("extern \"C\" __global__ void k() { undeclared_name(); }", 90);
+    FAIL() << "compiled a kernel calling an undeclared function";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("could not compile"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("undeclared_name"), std::string::npos) << e.what();
+  }
+}
+
+// A region and the tensors of its inputs, made on the GPU from fresh random values.
+struct Case {
+  const char* name;
+  std::function<void(Region&, std::vector<Tensor>& inputs, uint64_t seed)> build;
+};
+
+Tensor random_cuda(const Shape& sizes, DType dtype, uint64_t seed,
+                   MemoryFormat format = MemoryFormat::Contiguous) {
+  Tensor x = testing::random_values(sizes, seed, kFloat32);
+  return x.to(Device::cuda()).to(dtype).contiguous(format);
+}
+
+int input_of(Region& r, std::vector<Tensor>& inputs, Tensor t) {
+  const int v = r.input(t.dtype(), t.sizes(), t.strides());
+  inputs.resize(static_cast<size_t>(v) + 1);
+  inputs[static_cast<size_t>(v)] = std::move(t);
+  return v;
+}
+
+std::vector<Case> cases() {
+  return {
+      {"bias_gelu_bf16",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({96, 384}, kBFloat16, seed));
+         const int b = input_of(r, in, random_cuda({384}, kBFloat16, seed + 1));
+         const int s = r.binary(BinaryOp::Add, x, b);
+         r.mark_live_out(s);
+         r.mark_live_out(r.unary(UnaryOp::Gelu, s));
+       }},
+      {"mul_add_f32_no_fma",  // eager rounds x * w before adding b: the fused kernel must too
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({1000, 33}, kFloat32, seed));
+         const int w = input_of(r, in, random_cuda({33}, kFloat32, seed + 1));
+         const int b = input_of(r, in, random_cuda({1000, 33}, kFloat32, seed + 2));
+         const int m = r.binary(BinaryOp::Mul, x, w);
+         r.mark_live_out(r.unary(UnaryOp::Tanh, r.binary(BinaryOp::Add, m, b)));
+       }},
+      {"channels_last_add_relu_f16",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const Shape sizes{4, 24, 7, 9};
+         const int x = input_of(r, in, random_cuda(sizes, kFloat16, seed, MemoryFormat::ChannelsLast));
+         const int y = input_of(r, in, random_cuda(sizes, kFloat16, seed + 1, MemoryFormat::ChannelsLast));
+         const ops::fusion::Op add{.kind = OpKind::Binary, .binary = BinaryOp::Add, .args = {x, y}};
+         const int s = r.add(add, kFloat16, sizes, channels_last_strides(sizes));
+         const ops::fusion::Op relu{.kind = OpKind::Unary, .unary = UnaryOp::Relu, .args = {s}};
+         r.mark_live_out(r.add(relu, kFloat16, sizes, channels_last_strides(sizes)));
+       }},
+      {"swiglu_bf16",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int a = input_of(r, in, random_cuda({64, 512}, kBFloat16, seed));
+         const int b = input_of(r, in, random_cuda({64, 512}, kBFloat16, seed + 1));
+         r.mark_live_out(r.binary(BinaryOp::Mul, r.unary(UnaryOp::Silu, a), b));
+       }},
+      {"rms_epilogue_mixed_f32_bf16",  // float32 statistics scaling a bfloat16 stream
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({128, 256}, kFloat32, seed));
+         const int rstd = input_of(r, in, random_cuda({128, 1}, kFloat32, seed + 1));
+         const int w = input_of(r, in, random_cuda({256}, kBFloat16, seed + 2));
+         const int n = r.binary(BinaryOp::Mul, x, rstd);
+         r.mark_live_out(r.cast(r.binary(BinaryOp::Mul, n, w), kBFloat16));
+       }},
+      {"mask_where_cast_f64",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({333}, kFloat64, seed));
+         const int zero = input_of(r, in, zeros({}, {.dtype = kFloat64, .device = Device::cuda()}));
+         const int mask = r.unary(UnaryOp::GtScalar, x, {.a = 0.3});
+         const int kept = r.where(mask, x, zero);
+         r.mark_live_out(mask);
+         r.mark_live_out(r.cast(r.unary(UnaryOp::Clamp, kept, {.a = -1, .b = 1.5}), kFloat32));
+       }},
+  };
+}
+
+// Every value's tensor: the inputs as given, each result laid out as the region says.
+std::vector<Tensor> tensors_for(const Region& r, const std::vector<Tensor>& inputs) {
+  std::vector<Tensor> t(r.values().size());
+  for (size_t v = 0; v < t.size(); ++v) {
+    const Value& value = r.values()[v];
+    if (value.producer < 0) {
+      t[v] = inputs.at(v);
+    } else {
+      t[v] = Tensor::empty({numel_of(value.sizes)}, {.dtype = value.dtype, .device = Device::cuda()})
+                 .as_strided(value.sizes, value.strides);
+    }
+  }
+  return t;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
+  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+TEST(FusionCuda, FusedGroupsWriteTheEagerKernelsBits) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Region region;
+    std::vector<Tensor> inputs;
+    c.build(region, inputs, seed);
+    const Plan fused = plan_groups(region);
+    Plan eager = fused;
+    for (Group& g : eager.groups) g.fused = false;
+
+    const std::vector<Tensor> a = tensors_for(region, inputs), b = tensors_for(region, inputs);
+    const auto eager_counts = ops::cuda::fusion::run_region(region, eager, a);
+    const auto fused_counts = ops::cuda::fusion::run_region(region, fused, b);
+    EXPECT_EQ(fused_counts.fallbacks, 0);
+    EXPECT_EQ(fused_counts.fused_kernels, 1) << dump(fused);
+    EXPECT_EQ(eager_counts.fused_kernels, 0);
+    for (size_t v = 0; v < a.size(); ++v) {
+      if (region.values()[v].live_out) {
+        EXPECT_TRUE(same_bytes(a[v], b[v])) << "value %" << v << " differs, seed " << seed << "\n"
+                                            << region.dump();
+      }
+    }
+  }
+}
+
+TEST(FusionCuda, ASecondLoadOfAKernelCompilesNothing) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  Region r;
+  const int x = r.input(kFloat32, {77});
+  // A scalar no other test uses, so this program is new to the process.
+  const double scale = 1.0 + static_cast<double>(std::random_device{}() % 100000) / 1e6;
+  r.mark_live_out(r.unary(UnaryOp::Exp, r.unary(UnaryOp::MulScalar, x, {.a = scale})));
+  const KernelSource source = generate_kernel(r, plan_groups(r).groups.at(0));
+  const auto before = ops::cuda::fusion::load_stats();
+  const auto first = ops::cuda::fusion::load_kernel(source, 0);
+  const auto middle = ops::cuda::fusion::load_stats();
+  EXPECT_EQ(middle.compiled + middle.from_disk, before.compiled + before.from_disk + 1);
+  const auto second = ops::cuda::fusion::load_kernel(source, 0);
+  EXPECT_EQ(first.handle, second.handle);
+  EXPECT_EQ(ops::cuda::fusion::load_stats().compiled, middle.compiled);
+}
+
+// ---- The recorder: FusionScope over public ops -------------------------------------------------
+
+namespace recorded {
+
+// Runs f once eagerly and once inside a FusionScope on the same inputs; returns both results and
+// the scope's counts.
+template <class F>
+std::tuple<TensorList, TensorList, FusionStats> eager_and_fused(F f) {
+  TensorList eager = f();
+  FusionStats stats;
+  TensorList fused;
+  {
+    FusionScope scope;
+    fused = f();
+    scope.flush();
+    stats = scope.stats();
+  }
+  return {eager, fused, stats};
+}
+
+TEST(FusionScopeCuda, ForwardAndBackwardChainsGiveTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x0 = random_cuda({64, 96}, kFloat32, seed);
+  const Tensor w = random_cuda({96}, kFloat32, seed + 1);
+  const Tensor b = random_cuda({96}, kFloat32, seed + 2);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    Tensor x = x0.detach().requires_grad_(true);
+    Tensor y = gelu(x * w + b) * 0.5 + x;
+    Tensor loss = (y * y).sum();
+    loss.backward();
+    return TensorList{y.detach(), loss.detach(), x.grad()};
+  });
+  EXPECT_GE(stats.fused_kernels, 2) << "forward and backward chains";
+  EXPECT_EQ(stats.fallbacks, 0);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+TEST(FusionScopeCuda, HeldResultsReadThroughViewsOrByTheHostAreWrittenFirst) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x = random_cuda({24, 40}, kBFloat16, seed);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    Tensor a = x * 2.0 + 1.0;
+    Tensor t = a.transpose(0, 1);  // a held result read through another view
+    Tensor y = sigmoid(t) * 3.0;
+    Tensor host = (y - 1.0).cpu();           // read by the host while held
+    Tensor z = (a * a).to(kFloat32) + 0.25;  // a cast in the chain
+    return TensorList{y, host, z, a};
+  });
+  EXPECT_EQ(stats.fallbacks, 0);
+  EXPECT_GE(stats.fused_kernels, 1);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+TEST(FusionScopeCuda, InPlaceOpsSeeTheHeldOpsBeforeThemAndNotAfter) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x0 = random_cuda({1000}, kFloat32, seed);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    Tensor x = x0.clone();
+    Tensor y = exp(x) * 2.0;  // held, reading x
+    x.mul_(3.0);              // in place: y must have read the old x
+    Tensor z = y + x;
+    return TensorList{y, z, x};
+  });
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+}  // namespace recorded
+
+}  // namespace
+}  // namespace nabla

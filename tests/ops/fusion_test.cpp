@@ -1,0 +1,249 @@
+// The step compiler's planner and code generator on hand-made regions (ops/fusion): which ops
+// become one kernel, what it reads and writes, and the CUDA C++ it is written as, against golden
+// files in tests/ops/golden/fusion/. Set NABLA_UPDATE_GOLDEN=1 to rewrite them after a deliberate
+// change to the generator, and review the diff.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "nabla/nabla.h"
+#include "nabla/ops/fusion.h"
+#include "nabla/ops/fusion/codegen.h"
+#include "nabla/ops/fusion/plan.h"
+#include "test_paths.h"
+#include "test_util.h"
+
+namespace nabla::ops::fusion {
+namespace {
+
+using testing::source_file;
+
+std::vector<int> list(std::initializer_list<int> xs) {
+  return xs;
+}
+
+void expect_golden(const std::string& name, const std::string& text) {
+  const auto path = source_file("tests/ops/golden/fusion/" + name);
+  const char* update = std::getenv("NABLA_UPDATE_GOLDEN");
+  if (update != nullptr && *update != '\0' && *update != '0') {
+    std::ofstream(path) << text;
+    GTEST_SKIP() << "rewrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << "no golden file " << path << "; run with NABLA_UPDATE_GOLDEN=1 to write it";
+  std::stringstream want;
+  want << in.rdbuf();
+  EXPECT_EQ(text, want.str()) << "the generated source differs from " << path;
+}
+
+// y = gelu(x + b) in bfloat16, as a Linear's bias and GELU write it, with x + b saved for the
+// backward (live out) and an unused x * 2 that nothing reads.
+struct BiasGelu {
+  Region r;
+  int x, b, sum, y, unused;
+  BiasGelu() {
+    x = r.input(kBFloat16, {4, 8});
+    b = r.input(kBFloat16, {8});
+    sum = r.binary(BinaryOp::Add, x, b);
+    unused = r.unary(UnaryOp::MulScalar, x, {.a = 2});
+    y = r.unary(UnaryOp::Gelu, sum);
+    r.mark_live_out(sum);
+    r.mark_live_out(y);
+  }
+};
+
+TEST(FusionPlan, AChainIsOneGroupWritingOnlyWhatIsReadAfterIt) {
+  Region r;
+  const int x = r.input(kFloat32, {16, 32});
+  const int a = r.unary(UnaryOp::MulScalar, x, {.a = 0.5});
+  const int b = r.unary(UnaryOp::Tanh, a);
+  const int c = r.unary(UnaryOp::AddScalar, b, {.a = 1});
+  const int y = r.binary(BinaryOp::Mul, c, a);
+  r.mark_live_out(y);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+  const Group& g = plan.groups[0];
+  EXPECT_TRUE(g.fused);
+  EXPECT_EQ(g.ops, list({0, 1, 2, 3}));
+  EXPECT_EQ(g.inputs, list({x}));
+  EXPECT_EQ(g.outputs, list({y}));
+  EXPECT_TRUE(plan.dead.empty());
+}
+
+TEST(FusionPlan, SavedValuesAreWrittenAndUnreadOpsAreDropped) {
+  BiasGelu m;
+  const Plan plan = plan_groups(m.r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+  EXPECT_EQ(plan.groups[0].outputs, list({m.sum, m.y}));
+  EXPECT_EQ(plan.groups[0].inputs, list({m.x, m.b}));
+  EXPECT_EQ(plan.dead, list({1}));  // x * 2
+  EXPECT_EQ(dump(plan), "group 0 fused [4, 8]: ops 0 2, in %0 %1, out %2 %4\ndead: 1\n");
+}
+
+TEST(FusionPlan, AValueOfAnotherShapeIsItsOwnGroupAndWrittenForItsReaders) {
+  Region r;
+  const int x = r.input(kFloat32, {8, 4});
+  const int w = r.input(kFloat32, {4});
+  const int w2 = r.unary(UnaryOp::MulScalar, w, {.a = 3});  // [4], read by the [8, 4] group
+  const int y = r.binary(BinaryOp::Mul, x, w2);
+  const int z = r.unary(UnaryOp::Relu, y);
+  r.mark_live_out(z);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 2u) << dump(plan);
+  EXPECT_FALSE(plan.groups[0].fused);  // one op: the eager kernel runs it
+  EXPECT_EQ(plan.groups[0].outputs, list({w2}));
+  EXPECT_TRUE(plan.groups[1].fused);
+  EXPECT_EQ(plan.groups[1].inputs, list({x, w2}));
+  EXPECT_EQ(plan.groups[1].outputs, list({z}));
+}
+
+TEST(FusionPlan, AnOpReadingALaterGroupNeverJoinsAnEarlierOne) {
+  // a -> (int64 round trip, which the compiler leaves alone) -> added back to a: the add cannot
+  // join a's group, which runs before the round trip it reads.
+  Region r;
+  const int x = r.input(kFloat32, {8});
+  const int a = r.unary(UnaryOp::Exp, x);
+  const int b = r.unary(UnaryOp::Neg, a);
+  const int as_int = r.cast(b, kInt64);
+  const int back = r.cast(as_int, kFloat32);
+  const int y = r.binary(BinaryOp::Add, back, a);
+  r.mark_live_out(y);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 4u) << dump(plan);
+  EXPECT_EQ(plan.groups[0].ops, list({0, 1}));
+  EXPECT_EQ(plan.groups[0].outputs, list({a, b}));
+  EXPECT_FALSE(plan.groups[1].fused);
+  EXPECT_FALSE(plan.groups[2].fused);
+  EXPECT_EQ(plan.groups[3].ops, list({4}));
+  EXPECT_EQ(plan.groups[3].inputs, list({back, a}));
+}
+
+TEST(FusionPlan, IndependentChainsOfOneShapeShareAKernel) {
+  Region r;
+  const int x = r.input(kFloat16, {2, 64});
+  const int y = r.input(kFloat16, {2, 64});
+  const int a = r.unary(UnaryOp::Silu, x);
+  const int b = r.unary(UnaryOp::Sigmoid, y);
+  const int c = r.unary(UnaryOp::Neg, a);
+  const int d = r.unary(UnaryOp::Neg, b);
+  r.mark_live_out(c);
+  r.mark_live_out(d);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+  EXPECT_EQ(plan.groups[0].outputs, list({c, d}));
+}
+
+TEST(FusionPlan, FusesMixedFloatPairsMasksAndCastsButNotIntegers) {
+  Region r;
+  const int stream = r.input(kFloat32, {4, 4});
+  const int proj = r.input(kBFloat16, {4, 4});
+  const int sum = r.binary(BinaryOp::Add, stream, proj);  // float32 + bfloat16 -> float32
+  const int mask = r.unary(UnaryOp::GtScalar, sum, {.a = 0});
+  const int zero = r.input(kFloat32, {});
+  const int kept = r.where(mask, sum, zero);
+  const int half = r.cast(kept, kBFloat16);
+  r.mark_live_out(half);
+  for (const Op& op : r.ops()) EXPECT_TRUE(fusible(r, op)) << describe(r, op);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+
+  Region ints;
+  const int i = ints.input(kInt64, {4});
+  const int j = ints.unary(UnaryOp::Neg, i);
+  EXPECT_FALSE(fusible(ints, ints.op(0))) << describe(ints, ints.op(0));
+  ints.mark_live_out(j);
+  EXPECT_FALSE(plan_groups(ints).groups.at(0).fused);
+}
+
+TEST(FusionCodegen, BiasGeluMatchesItsGoldenFile) {
+  BiasGelu m;
+  const Plan plan = plan_groups(m.r);
+  const KernelSource k = generate_kernel(m.r, plan.groups.at(0));
+  EXPECT_EQ(k.operands, list({m.sum, m.y, m.x, m.b}));
+  EXPECT_EQ(k.numel, 32);
+  EXPECT_TRUE(k.index32);
+  expect_golden("bias_gelu_bf16.cu", k.source);
+}
+
+TEST(FusionCodegen, StridedOperandsMatchTheirGoldenFile) {
+  // A channels_last activation plus a contiguous residual, written channels_last, then ReLU.
+  Region r;
+  const Shape sizes{2, 3, 4, 5};
+  const int x = r.input(kFloat16, sizes, channels_last_strides(sizes));
+  const int res = r.input(kFloat16, sizes);
+  const Op add{.kind = OpKind::Binary, .binary = BinaryOp::Add, .args = {x, res}};
+  const int sum = r.add(add, kFloat16, sizes, channels_last_strides(sizes));
+  const Op relu{.kind = OpKind::Unary, .unary = UnaryOp::Relu, .args = {sum}};
+  const int y = r.add(relu, kFloat16, sizes, channels_last_strides(sizes));
+  r.mark_live_out(y);
+  const KernelSource k = generate_kernel(r, plan_groups(r).groups.at(0));
+  expect_golden("channels_last_add_relu_f16.cu", k.source);
+}
+
+TEST(FusionCodegen, MasksCastsAndNonFiniteScalarsMatchTheirGoldenFile) {
+  Region r;
+  const int x = r.input(kFloat32, {3, 7});
+  const int clamped = r.unary(UnaryOp::Clamp, x, {.a = -1, .b = std::numeric_limits<double>::infinity()});
+  const int mask = r.unary(UnaryOp::LtScalar, clamped, {.a = 0.25});
+  const int zero = r.input(kFloat32, {});
+  const int y = r.where(mask, zero, clamped);
+  const int as_bool = r.cast(y, kBool);
+  const int both = r.binary(BinaryOp::Mul, as_bool, mask);  // bool * bool: and
+  const int out = r.cast(both, kBFloat16);
+  r.mark_live_out(out);
+  const KernelSource k = generate_kernel(r, plan_groups(r).groups.at(0));
+  expect_golden("mask_cast_f32.cu", k.source);
+}
+
+TEST(FusionCodegen, NamesFollowTheBodyAndLargeIterationsIndexIn64Bits) {
+  const auto kernel_of = [](double scale, Shape sizes) {
+    Region r;
+    const int x = r.input(kFloat32, sizes);
+    const int a = r.unary(UnaryOp::MulScalar, x, {.a = scale});
+    const int y = r.unary(UnaryOp::Exp, a);
+    r.mark_live_out(y);
+    return generate_kernel(r, plan_groups(r).groups.at(0));
+  };
+  const KernelSource a = kernel_of(2, {64});
+  EXPECT_EQ(a.name, kernel_of(2, {64}).name);
+  EXPECT_NE(a.name, kernel_of(3, {64}).name);
+  EXPECT_NE(a.name, kernel_of(2, {65}).name);
+  EXPECT_NE(a.source.find(a.name), std::string::npos);
+
+  const KernelSource big = kernel_of(2, {3, int64_t{1} << 30});
+  EXPECT_FALSE(big.index32);
+  EXPECT_NE(big.source.find("long long i"), std::string::npos) << big.source;
+}
+
+TEST(FusionScope, CpuOpsRunAsTheyAreAndTheEnvironmentTurnsItOff) {
+  const Tensor x = nabla::rand({16, 8});
+  const Tensor want = nabla::gelu(x * 2.0 + 1.0);
+  {
+    FusionScope scope;
+    const Tensor got = nabla::gelu(x * 2.0 + 1.0);
+    scope.flush();
+    EXPECT_EQ(scope.stats().recorded_ops, 0);
+    EXPECT_TRUE(nabla::testing::all_close(got, want, 0.0, 0.0));
+  }
+  const char* saved = std::getenv("NABLA_FUSION");
+  const std::string before = saved ? saved : "";
+  for (const char* off : {"0", "off", "false"}) {
+    ::setenv("NABLA_FUSION", off, 1);
+    EXPECT_FALSE(fusion_enabled_by_environment()) << off;
+    EXPECT_FALSE(FusionScope().active()) << off;
+  }
+  ::setenv("NABLA_FUSION", "1", 1);
+  EXPECT_TRUE(fusion_enabled_by_environment());
+  EXPECT_FALSE(FusionScope(false).active());
+  if (saved) {
+    ::setenv("NABLA_FUSION", before.c_str(), 1);
+  } else {
+    ::unsetenv("NABLA_FUSION");
+  }
+}
+
+}  // namespace
+}  // namespace nabla::ops::fusion
