@@ -8,10 +8,11 @@
 # LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,ab): tests = the fusion tests;
 # suite = the whole CUDA suite (the graphed-step tests fuse by default now); fusion = ResNet-50
 # fp16 and GPT-2 graphed with NABLA_FUSION=0 and =1 (a fresh kernel cache: the fused runs compile
-# cold); ab = ResNet-50 fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under
+# cold); llama = the plainly written LLaMA graphed and fused beside PyTorch eager and
+# torch.compile, graphed unfused, and eager; ab = ResNet-50 fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under
 # $OUT; a table last.
 set -uo pipefail
-parts=${PARTS:-tests,suite,fusion,ab}
+parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
 unpack() {  # unpack NAME: build/gpu-NAME/bundle.tar.xz into build/gpu-NAME-x; echo that folder
   [[ -f build/gpu-$1/bundle.tar.xz ]] || return 1
@@ -54,6 +55,12 @@ if has fusion; then
   done
   gpt "$x" > "$out/gpt_eager.log" 2>&1
 fi
+llama() { timeout "$1" "$x/apps/nabla-bench" llama "${@:2}"; }
+if has llama; then
+  NABLA_FUSION=1 llama 300 --cuda-graph --compare-pytorch > "$out/llama_graph_fuse1_torch.log" 2>&1
+  NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
+  llama 120 > "$out/llama_eager.log" 2>&1
+fi
 if has ab; then
   base=$(unpack base) && i45=$(unpack 45) && for amp in fp16 bf16; do
     rn50 "$base" "$amp" > "$out/ab_rn50_${amp}_base.log" 2>&1
@@ -72,6 +79,9 @@ done
 grep -h -A2 'Skipped' "$out/fusion_tests.log" 2>/dev/null | head -6
 for log in "$out"/rn50_*.log "$out"/ab_rn50_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E 'fp16|bf16' "$log" | tail -n 1)"
+done
+for log in "$out"/llama_*.log; do
+  [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -E '^(nabla|PyTorch|torch\.compile)' "$log"
 done
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
