@@ -53,7 +53,14 @@ bool GraphedStep::graphed() const {
 
 Tensor GraphedStep::eager(const TensorList& inputs) {
   ++eager_calls_;
-  return step_(inputs);
+  // The first warm-up calls settle autotuning and lazy state unfused; from the last one on, an
+  // eager call (a step that cannot be graphed, a mismatched batch) still gets the step compiler.
+  if (calls_ < options_.warmup) return step_(inputs);
+  FusionScope fuse(options_.fuse);
+  Tensor out = step_(inputs);
+  fuse.flush();
+  eager_fusion_ = fuse.stats();
+  return out;
 }
 
 Tensor GraphedStep::operator()(const TensorList& inputs) {
@@ -87,13 +94,8 @@ Tensor GraphedStep::operator()(const TensorList& inputs) {
   if (calls_ == options_.warmup) {
     // The last warm-up call is the steady step: it must not wait, or the graph could not hold it.
     cuda::HostWaitCounter waits;
-    Tensor out;
-    {
-      FusionScope fuse(options_.fuse);
-      out = eager(inputs);
-      fuse.flush();
-      warmup_fusion_ = fuse.stats();
-    }
+    Tensor out = eager(inputs);
+    warmup_fusion_ = eager_fusion_;
     if (waits.count() > 0) {
       permanent_reason_ = eager_reason_ = fmt::format(
           "the step makes the host wait for the GPU ({} time(s) in the last eager warm-up call; first: {}), "

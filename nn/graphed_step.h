@@ -63,8 +63,9 @@ struct GraphedStepOptions {
   // reused synthetic batch or PyTorch's static_input.copy_(batch) idiom. Leave it off for batches
   // from a loader, whose buffers are recycled.
   bool adopt_inputs = false;
-  // The step compiler (ops/fusion.h): the last warm-up call and the capture record the step's
-  // pointwise CUDA ops and run each chain as one generated kernel, writing only the values
+  // The step compiler (ops/fusion.h): the last warm-up call, the capture, and every call that
+  // runs eagerly after them (a step that waits for the host, a mismatched batch) record the
+  // step's pointwise CUDA ops and run each chain as one generated kernel, writing only the values
   // something reads later. The warm-up call compiles (or loads from the disk cache) every kernel,
   // so the capture loads none. Results are bitwise those of the unfused step. NABLA_FUSION=0 in
   // the environment turns it off too.
@@ -93,8 +94,10 @@ class GraphedStep {
   // Why the last call ran eagerly after the warm-up ("" when it replayed).
   const std::string& eager_reason() const { return eager_reason_; }
   int64_t replays() const { return replays_; }
-  // What the step compiler did in the last warm-up call (which compiles) and in the capture.
+  // What the step compiler did in the last warm-up call (which compiles), in the capture, and in
+  // the last call that ran eagerly after the warm-up (a step that cannot be graphed is still fused).
   const FusionStats& warmup_fusion() const { return warmup_fusion_; }
+  const FusionStats& eager_fusion() const { return eager_fusion_; }
   const FusionStats& capture_fusion() const { return capture_fusion_; }
   int64_t eager_calls() const { return eager_calls_; }
   // The buffers the graph reads its inputs from (empty before the capture). Writing a batch
@@ -119,6 +122,7 @@ class GraphedStep {
   std::string eager_reason_;
   bool warned_mismatch_ = false;
   FusionStats warmup_fusion_;
+  FusionStats eager_fusion_;
   FusionStats capture_fusion_;
 };
 
