@@ -1,5 +1,6 @@
 #include "nabla/ops/fusion/codegen.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -175,36 +176,18 @@ KernelSource Writer::write() {
   index_type_ = kernel.index32 ? "unsigned" : "long long";
   const char* suffix = kernel.index32 ? "u" : "ll";
 
-  std::string body;
-  const auto line = [&body](const std::string& s) {
-    body += "    ";
-    body += s;
-    body += '\n';
-  };
-  // Coordinates, innermost first: c{d} for each coalesced dim, where an operand is not dense.
-  const size_t nd = dims_.sizes.size();
-  bool coordinates = false;
-  for (size_t k = 0; k < kernel.operands.size(); ++k) {
-    const std::string offset = offset_of(k);
-    coordinates = coordinates || (offset != "i" && offset != "0");
-  }
-  if (coordinates) {
-    line(fmt::format("{} r = i;", index_type_));
-    for (size_t d = nd; d-- > 0;) {
-      if (d == 0) {
-        line(fmt::format("const {} c0 = r;", index_type_));
-      } else {
-        line(fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d],
-                         suffix));
-      }
-    }
-  }
   const size_t n_out = group_.outputs.size();
-  for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+  const auto load = [&](size_t k, const std::string& offset) {
     const Value& v = region_.value(kernel.operands[k]);
-    line(fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
-                     type_suffix(v.dtype), k, offset_of(k)));
-  }
+    return fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
+                       type_suffix(v.dtype), k, offset);
+  };
+  const auto store = [&](size_t k, const std::string& offset) {
+    const Value& v = region_.value(kernel.operands[k]);
+    return fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, offset, kernel.operands[k]);
+  };
+  // The ops, one line each, reading and defining v<value>.
+  std::vector<std::string> compute;
   for (int o : group_.ops) {
     const Op& op = region_.op(o);
     const Value& out = region_.value(op.result);
@@ -215,19 +198,105 @@ KernelSource Writer::write() {
       }
       if (out.dtype != kBool) s += fmt::format("  keep(v{});", op.result);
     }
-    line(s);
-  }
-  for (size_t k = 0; k < n_out; ++k) {
-    const Value& v = region_.value(kernel.operands[k]);
-    line(fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, offset_of(k), kernel.operands[k]));
+    compute.push_back(std::move(s));
   }
 
-  const std::string loop = fmt::format(
-      "  for ({0} i = {0}(blockIdx.x) * {1}{3} + threadIdx.x; i < {2}{3}; i += {0}(gridDim.x) * {1}{3}) {{\n",
-      index_type_, kFusedBlockSize, kernel.numel, suffix);
+  std::string text;
+  const auto line = [&text](int indent, const std::string& s) {
+    text.append(static_cast<size_t>(indent), ' ');
+    text += s;
+    text += '\n';
+  };
+  // Operands at the loop index ("i") or at one element ("0") need no coordinates.
+  const size_t nd = dims_.sizes.size();
+  std::vector<std::string> offsets;
+  bool coordinates = false;
+  for (size_t k = 0; k < kernel.operands.size(); ++k) {
+    offsets.push_back(offset_of(k));
+    coordinates = coordinates || (offsets.back() != "i" && offsets.back() != "0");
+  }
+  // One element per thread: coordinates, loads, the ops, stores.
+  const auto scalar_body = [&](int indent) {
+    if (coordinates) {
+      line(indent, fmt::format("{} r = i;", index_type_));
+      for (size_t d = nd; d-- > 0;) {
+        if (d == 0) {
+          line(indent, fmt::format("const {} c0 = r;", index_type_));
+        } else {
+          line(indent, fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d,
+                                   dims_.sizes[d], suffix));
+        }
+      }
+    }
+    for (size_t k = n_out; k < kernel.operands.size(); ++k) line(indent, load(k, offsets[k]));
+    for (const std::string& c : compute) line(indent, c);
+    for (size_t k = 0; k < n_out; ++k) line(indent, store(k, offsets[k]));
+  };
+  const auto scalar_loop = [&](int indent, const std::string& first) {
+    line(indent, fmt::format("for ({0} i = {1}{0}(blockIdx.x) * {2}{3} + threadIdx.x; i < {4}{3}; "
+                             "i += {0}(gridDim.x) * {2}{3}) {{",
+                             index_type_, first, kFusedBlockSize, suffix, kernel.numel));
+    scalar_body(indent + 2);
+    line(indent, "}");
+  };
+
+  // Note [Vectorized fused kernels]: where every operand is dense in the iteration's order (or a
+  // single element), each thread takes four neighbouring elements with one vector load and store
+  // per operand, as the eager kernels do, when the pointers are aligned for it (checked on the
+  // device; else the scalar loop runs). The last numel % 4 elements take the scalar loop.
+  const int64_t vector_numel = kernel.numel - kernel.numel % 4;
+  const bool vectorize = !coordinates && vector_numel > 0;
+  if (vectorize) {
+    kernel.per_thread = 4;
+    std::string aligned;
+    for (size_t k = 0; k < kernel.operands.size(); ++k) {
+      if (offsets[k] != "i") continue;
+      const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));
+      aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
+    }
+    line(2, fmt::format("if ({}) {{", aligned));
+    line(4, fmt::format("for ({0} b = ({0}(blockIdx.x) * {1}{2} + threadIdx.x) * 4{2}; b < {3}{2}; "
+                        "b += {0}(gridDim.x) * {4}{2}) {{",
+                        index_type_, kFusedBlockSize, suffix, vector_numel, 4 * kFusedBlockSize));
+    for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+      const Value& v = region_.value(kernel.operands[k]);
+      if (offsets[k] == "0") {
+        line(6, load(k, "0"));
+      } else {
+        line(6, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], b, x{});", compute_type_name(v.dtype), k,
+                            type_suffix(v.dtype), k, k));
+      }
+    }
+    for (size_t k = 0; k < n_out; ++k) {
+      line(6, fmt::format("{} y{}[4];", compute_type_name(region_.value(kernel.operands[k]).dtype), k));
+    }
+    line(6, "#pragma unroll");
+    line(6, "for (int j = 0; j < 4; ++j) {");
+    for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+      if (offsets[k] == "i") {
+        line(8,
+             fmt::format("const {} v{} = x{}[j];", compute_type_name(region_.value(kernel.operands[k]).dtype),
+                         kernel.operands[k], k));
+      }
+    }
+    for (const std::string& c : compute) line(8, c);
+    for (size_t k = 0; k < n_out; ++k) line(8, fmt::format("y{}[j] = v{};", k, kernel.operands[k]));
+    line(6, "}");
+    for (size_t k = 0; k < n_out; ++k) {
+      line(6, fmt::format("st4_{}(p.p[{}], b, y{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
+                          k));
+    }
+    line(4, "}");
+    if (vector_numel < kernel.numel) scalar_loop(4, fmt::format("{}{} + ", vector_numel, suffix));
+    line(4, "return;");
+    line(2, "}");
+  }
+  scalar_loop(2, "");
+  const std::string body = text;
+
   const std::string signature_tail = fmt::format(
       "(nabla_fusion::Pointers<{}> p) {{\n  using namespace nabla_fusion;\n", kernel.operands.size());
-  const std::string kernel_text = signature_tail + loop + body + "  }\n}\n";
+  const std::string kernel_text = signature_tail + body + "}\n";
   kernel.name = fmt::format("nabla_fused_{:016x}", fnv1a(kernel_text));
 
   std::string header =

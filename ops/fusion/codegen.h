@@ -21,6 +21,7 @@ struct KernelSource {
   std::string source;         // CUDA C++ defining one extern "C" kernel taking Pointers<operands>
   std::vector<int> operands;  // the values behind the kernel's pointers: outputs, then inputs
   int64_t numel = 0;          // the threads' iteration: the group's elements
+  int per_thread = 1;         // elements a thread takes at once (4 in a vectorized kernel)
   bool index32 = true;        // every offset fits 32 bits (the index is unsigned 32-bit then)
 };
 

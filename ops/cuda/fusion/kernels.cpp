@@ -124,7 +124,9 @@ void launch_kernel(const LoadedKernel& kernel, const ops::fusion::KernelSource& 
   std::vector<void*> block(pointers.begin(), pointers.end());
   void* args[] = {block.data()};
   const int64_t per_block = ops::fusion::kFusedBlockSize;
-  const int64_t blocks = std::min<int64_t>((source.numel + per_block - 1) / per_block, int64_t{65535} * 8);
+  const int64_t per_launch_block = per_block * source.per_thread;
+  const int64_t blocks =
+      std::min<int64_t>((source.numel + per_launch_block - 1) / per_launch_block, int64_t{65535} * 8);
   int previous = 0;
   NABLA_CUDA_CHECK(cudaGetDevice(&previous));
   if (previous != kernel.device) NABLA_CUDA_CHECK(cudaSetDevice(kernel.device));
