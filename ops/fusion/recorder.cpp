@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <span>
 
 #include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
@@ -40,40 +39,59 @@ Recorder::~Recorder() {
   }
 }
 
+// The value `t` is, if it is a held result and still the very tensor recorded (an address can be
+// reused once the recorded tensor is gone); -1 otherwise.
+int Recorder::result_of(const Tensor& t) const {
+  const auto it = by_impl_.find(t.impl());
+  if (it == by_impl_.end()) return -1;
+  const Slot& slot = slots_[static_cast<size_t>(it->second)];
+  if (slot.tensor.defined()) return slot.tensor.impl() == t.impl() ? it->second : -1;
+  return slot.impl.lock().get() == t.impl() ? it->second : -1;
+}
+
 bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out) {
   if (flushing_ || !out.is_cuda() || out.numel() == 0) return false;
   for (const Tensor* t : inputs) {
     if (!t->defined() || t->device() != out.device()) return false;
   }
-  bool must_flush =
-      region_.ops().size() >= kMaxHeldOps || (!tensors_.empty() && tensors_.front().device() != out.device());
+  bool must_flush = region_.ops().size() >= kMaxHeldOps || (!slots_.empty() && device_ != out.device());
   for (const Tensor* t : inputs) {
-    if (!results_.contains(t->storage().get())) continue;
+    const auto it = by_storage_.find(t->storage().get());
+    if (it == by_storage_.end()) continue;
+    if (slots_[static_cast<size_t>(it->second)].storage.lock() != t->storage()) continue;  // a stale address
     // A held result read through the very tensor it was written to is a register of the
     // kernel; read through another view, it must be in memory first.
-    const auto it = by_impl_.find(t->impl());
-    const bool same_view = it != by_impl_.end() && region_.value(it->second).sizes == t->sizes() &&
-                           region_.value(it->second).strides == t->strides();
+    const int v = result_of(*t);
+    const bool same_view =
+        v >= 0 && region_.value(v).sizes == t->sizes() && region_.value(v).strides == t->strides();
     must_flush = must_flush || !same_view;
   }
   if (must_flush) flush();
+  if (slots_.empty()) device_ = out.device();
   return true;
 }
 
 int Recorder::value_of(const Tensor& t) {
-  if (const auto it = by_impl_.find(t.impl()); it != by_impl_.end()) return it->second;
+  if (const int v = result_of(t); v >= 0) return v;
+  // An input: held, so nothing reuses its memory before the held ops read it.
   const int v = region_.input(t.dtype(), t.sizes(), t.strides());
-  tensors_.push_back(t);
-  by_impl_.emplace(t.impl(), v);
+  slots_.push_back({.tensor = t});
+  by_impl_[t.impl()] = v;
   return v;
 }
 
+// Note [Intermediates nobody holds]: the recorder holds its results weakly. A result the caller
+// drops is freed at once, as eager mode frees a temporary; at the flush it is read by nothing
+// after the region, so no fused kernel writes it, and the executor makes a buffer for it only if
+// a later group must read it or its group runs op by op. Holding results strongly would keep a
+// chain's every intermediate allocated until the flush, and a compiled step would peak above an
+// eager one.
 void Recorder::add(Op op, const Tensor& out) {
   const int v = region_.add(std::move(op), out.dtype(), out.sizes(), out.strides());
-  NABLA_ASSERT(static_cast<size_t>(v) == tensors_.size(), "recorder: values and tensors out of step");
-  tensors_.push_back(out);
-  by_impl_.emplace(out.impl(), v);
-  results_.insert(out.storage().get());
+  NABLA_ASSERT(static_cast<size_t>(v) == slots_.size(), "recorder: values and slots out of step");
+  slots_.push_back({.impl = out.impl_ptr(), .storage = out.storage(), .offset = out.storage_offset()});
+  by_impl_[out.impl()] = v;
+  by_storage_[out.storage().get()] = v;
   ++stats_.recorded_ops;
 }
 
@@ -114,28 +132,34 @@ void Recorder::flush() {
     Recorder& r;
     ~Forget() {
       r.region_.clear();
-      r.tensors_.clear();
+      r.slots_.clear();
       r.by_impl_.clear();
-      r.results_.clear();
+      r.by_storage_.clear();
       r.flushing_ = false;
     }
   } forget{*this};
 
-  for (size_t v = 0; v < tensors_.size(); ++v) {
-    if (region_.values()[v].producer < 0) continue;
-    const Tensor& t = tensors_[v];
-    if (t.impl_ptr().use_count() > 1 || t.storage().use_count() > 1)
+  // A result whose buffer someone still holds (its tensor, a view, autograd) is live out.
+  std::vector<Tensor> tensors(slots_.size());
+  for (size_t v = 0; v < slots_.size(); ++v) {
+    const Slot& slot = slots_[v];
+    if (slot.tensor.defined()) {
+      tensors[v] = slot.tensor;
+    } else if (std::shared_ptr<Storage> storage = slot.storage.lock()) {
+      const Value& value = region_.values()[v];
+      tensors[v] = Tensor(std::make_shared<TensorImpl>(std::move(storage), slot.offset, value.sizes,
+                                                       value.strides, value.dtype));
       region_.mark_live_out(static_cast<int>(v));
+    }
   }
   const Plan plan = plan_groups(region_);
-  const std::span<const Tensor> tensors(tensors_);
   const auto counts = nabla::detail::dispatch_to<false>(
-      "fused pointwise", tensors_.front().device(),
+      "fused pointwise", device_,
       []() -> ops::cuda::fusion::RunCounts {
         NABLA_ASSERT(false, "the step compiler recorded ops on the CPU");
         return {};
       },
-      [&] { return ops::cuda::fusion::run_region(region_, plan, tensors); });
+      [&] { return ops::cuda::fusion::run_region(region_, plan, tensors, device_); });
   ++stats_.flushes;
   stats_.fused_kernels += counts.fused_kernels;
   stats_.fused_ops += counts.fused_ops;

@@ -3,8 +3,8 @@
 // when something needs the results (Note [Deferred launches] in core/deferred.h).
 #pragma once
 
+#include <memory>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "nabla/core/deferred.h"
@@ -35,13 +35,23 @@ class Recorder final : public DeferredLaunches {
 
  private:
   bool accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out);
+  int result_of(const Tensor& t) const;
   int value_of(const Tensor& t);
   void add(Op op, const Tensor& out);
 
+  // Per value of region_: an input's tensor, held; a result's, watched (Note [Intermediates
+  // nobody holds]).
+  struct Slot {
+    Tensor tensor{};
+    std::weak_ptr<TensorImpl> impl{};
+    std::weak_ptr<Storage> storage{};
+    int64_t offset = 0;
+  };
   Region region_;
-  std::vector<Tensor> tensors_;                         // per value of region_
-  std::unordered_map<const TensorImpl*, int> by_impl_;  // inputs and results, by tensor
-  std::unordered_set<const Storage*> results_;          // storage written by a held op
+  std::vector<Slot> slots_;
+  std::unordered_map<const TensorImpl*, int> by_impl_;  // by tensor (checked against the slot)
+  std::unordered_map<const Storage*, int> by_storage_;  // results, by buffer (likewise)
+  Device device_ = Device::cpu();                       // of every tensor held
   bool flushing_ = false;
   FusionStats stats_;
 };

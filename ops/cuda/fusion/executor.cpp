@@ -21,6 +21,7 @@ using ops::fusion::Group;
 using ops::fusion::Op;
 using ops::fusion::OpKind;
 using ops::fusion::Region;
+using ops::fusion::Value;
 
 // One warning per distinct cause: a step with forty groups and no NVRTC warns once.
 void warn_once(const std::string& cause) {
@@ -32,8 +33,19 @@ void warn_once(const std::string& cause) {
   }
 }
 
-void run_eagerly(const Region& region, const Op& op, std::span<const Tensor> t) {
-  const auto v = [&](int value) -> const Tensor& { return t[static_cast<size_t>(value)]; };
+// Value v's buffer, made in its recorded layout if the recorder let the front end's one go.
+const Tensor& buffer(const Region& region, std::vector<Tensor>& t, int v, Device device) {
+  Tensor& slot = t[static_cast<size_t>(v)];
+  if (!slot.defined()) {
+    const Value& value = region.value(v);
+    slot = Tensor::empty({numel_of(value.sizes)}, {.dtype = value.dtype, .device = device})
+               .as_strided(value.sizes, value.strides);
+  }
+  return slot;
+}
+
+void run_eagerly(const Region& region, const Op& op, std::vector<Tensor>& t, Device device) {
+  const auto v = [&](int value) -> const Tensor& { return buffer(region, t, value, device); };
   switch (op.kind) {
     case OpKind::Unary:
       ops::cuda::unary(op.unary, v(op.args[0]), v(op.result), op.params);
@@ -53,7 +65,8 @@ void run_eagerly(const Region& region, const Op& op, std::span<const Tensor> t) 
 
 }  // namespace
 
-RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::span<const Tensor> tensors) {
+RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::vector<Tensor>& tensors,
+                     Device device) {
   NABLA_ASSERT(tensors.size() == region.values().size(), "fusion executor: {} tensors for {} values",
                tensors.size(), region.values().size());
   RunCounts counts;
@@ -83,7 +96,7 @@ RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::s
       ++counts.fallbacks;
     }
     for (int o : group.ops) {
-      run_eagerly(region, region.op(o), tensors);
+      run_eagerly(region, region.op(o), tensors, device);
       ++counts.eager_ops;
     }
   }

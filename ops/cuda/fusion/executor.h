@@ -2,7 +2,7 @@
 // the eager kernels for every other op, in the plan's order, on the current stream.
 #pragma once
 
-#include <span>
+#include <vector>
 
 #include "nabla/core/tensor.h"
 #include "nabla/ops/fusion/plan.h"
@@ -19,10 +19,12 @@ struct RunCounts {
   double compile_s = 0;   // seconds in NVRTC
 };
 
-// tensors[v] is value v's tensor, for every value of the region: the inputs, and for each result
-// the buffer eager mode would have written (a fused group writes only its outputs). A group whose
-// kernel cannot be compiled or loaded runs op by op, after one warning naming the cause.
+// tensors[v] is value v's tensor: every input, and for each result the buffer eager mode would
+// have written, or an undefined tensor where nothing held it any more (the recorder let it go);
+// such a buffer is made, in the value's layout on `device`, only if something must write it (a
+// later group reads it, or its group runs op by op). A fused group writes only its outputs. A group
+// whose kernel cannot be compiled or loaded runs op by op, after one warning naming the cause.
 RunCounts run_region(const ops::fusion::Region& region, const ops::fusion::Plan& plan,
-                     std::span<const Tensor> tensors);
+                     std::vector<Tensor>& tensors, Device device);
 
 }  // namespace nabla::ops::cuda::fusion
