@@ -8,7 +8,7 @@
 #include "nabla/core/error.h"
 #include "nabla/core/logging.h"
 #include "nabla/ops/cuda/fusion/executor.h"
-#include "nabla/ops/fusion/plan.h"
+#include "nabla/ops/fusion/compile.h"
 
 namespace nabla::ops::fusion {
 
@@ -152,14 +152,15 @@ void Recorder::flush() {
       region_.mark_live_out(static_cast<int>(v));
     }
   }
-  const Plan plan = plan_groups(region_);
+  const std::shared_ptr<const CompiledRegion> compiled = compile_region(region_);
+  const Plan& plan = compiled->plan;
   const auto counts = nabla::detail::dispatch_to<false>(
       "fused pointwise", device_,
       []() -> ops::cuda::fusion::RunCounts {
         NABLA_ASSERT(false, "the step compiler recorded ops on the CPU");
         return {};
       },
-      [&] { return ops::cuda::fusion::run_region(region_, plan, tensors, device_); });
+      [&] { return ops::cuda::fusion::run_region(region_, *compiled, tensors, device_); });
   ++stats_.flushes;
   stats_.fused_kernels += counts.fused_kernels;
   stats_.fused_ops += counts.fused_ops;

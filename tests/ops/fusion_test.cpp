@@ -12,6 +12,7 @@
 #include "nabla/nabla.h"
 #include "nabla/ops/fusion.h"
 #include "nabla/ops/fusion/codegen.h"
+#include "nabla/ops/fusion/compile.h"
 #include "nabla/ops/fusion/plan.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -216,6 +217,24 @@ TEST(FusionCodegen, NamesFollowTheBodyAndLargeIterationsIndexIn64Bits) {
   const KernelSource big = kernel_of(2, {3, int64_t{1} << 30});
   EXPECT_FALSE(big.index32);
   EXPECT_NE(big.source.find("long long i"), std::string::npos) << big.source;
+}
+
+TEST(FusionCompile, AnEqualRegionIsPlannedAndWrittenOnce) {
+  const auto region_of = [](bool keep_sum, double alpha) {
+    Region r;
+    const int x = r.input(kBFloat16, {4, 8});
+    const int b = r.input(kBFloat16, {8});
+    const int sum = r.binary(BinaryOp::Add, x, b, alpha);
+    r.mark_live_out(r.unary(UnaryOp::Gelu, sum));
+    if (keep_sum) r.mark_live_out(sum);
+    return r;
+  };
+  const auto first = compile_region(region_of(true, 1.0));
+  EXPECT_EQ(compile_region(region_of(true, 1.0)).get(), first.get());
+  EXPECT_NE(compile_region(region_of(false, 1.0)).get(), first.get()) << "another live-out set";
+  EXPECT_NE(compile_region(region_of(true, 2.0)).get(), first.get()) << "another scalar";
+  ASSERT_EQ(first->kernels.size(), 1u);
+  EXPECT_EQ(first->kernels[0].source, generate_kernel(region_of(true, 1.0), first->plan.groups[0]).source);
 }
 
 TEST(FusionScope, CpuOpsRunAsTheyAreAndTheEnvironmentTurnsItOff) {

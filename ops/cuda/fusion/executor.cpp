@@ -65,25 +65,26 @@ void run_eagerly(const Region& region, const Op& op, std::vector<Tensor>& t, Dev
 
 }  // namespace
 
-RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::vector<Tensor>& tensors,
-                     Device device) {
+RunCounts run_region(const Region& region, const ops::fusion::CompiledRegion& compiled,
+                     std::vector<Tensor>& tensors, Device device) {
   NABLA_ASSERT(tensors.size() == region.values().size(), "fusion executor: {} tensors for {} values",
                tensors.size(), region.values().size());
+  const ops::fusion::Plan& plan = compiled.plan;
   RunCounts counts;
   const LoadStats before = load_stats();
   const bool may_load = !nabla::cuda::is_capturing();
-  for (const Group& group : plan.groups) {
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const Group& group = plan.groups[g];
     if (group.fused) {
       std::string cause = nvrtc_unavailable_reason();
       if (cause.empty()) {
         try {
-          const ops::fusion::KernelSource source = ops::fusion::generate_kernel(region, group);
-          const Tensor& first = tensors[static_cast<size_t>(source.operands.front())];
-          const LoadedKernel kernel = load_kernel(source, first.device().index, may_load);
+          const ops::fusion::KernelSource& source = compiled.kernels.at(g);
+          const LoadedKernel kernel = load_kernel(source, device.index, may_load);
           std::vector<void*> pointers;
           pointers.reserve(source.operands.size());
           for (int value : source.operands)
-            pointers.push_back(tensors[static_cast<size_t>(value)].data_ptr());
+            pointers.push_back(buffer(region, tensors, value, device).data_ptr());
           launch_kernel(kernel, source, pointers);
           ++counts.fused_kernels;
           counts.fused_ops += static_cast<int>(group.ops.size());
@@ -105,6 +106,16 @@ RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::v
   counts.from_disk = after.from_disk - before.from_disk;
   counts.compile_s = after.compile_s - before.compile_s;
   return counts;
+}
+
+RunCounts run_region(const Region& region, const ops::fusion::Plan& plan, std::vector<Tensor>& tensors,
+                     Device device) {
+  ops::fusion::CompiledRegion compiled{.plan = plan, .kernels = {}};
+  compiled.kernels.resize(plan.groups.size());
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    if (plan.groups[g].fused) compiled.kernels[g] = ops::fusion::generate_kernel(region, plan.groups[g]);
+  }
+  return run_region(region, compiled, tensors, device);
 }
 
 }  // namespace nabla::ops::cuda::fusion

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "nabla/core/tensor.h"
-#include "nabla/ops/fusion/plan.h"
+#include "nabla/ops/fusion/compile.h"
 
 namespace nabla::ops::cuda::fusion {
 
@@ -24,6 +24,10 @@ struct RunCounts {
 // such a buffer is made, in the value's layout on `device`, only if something must write it (a
 // later group reads it, or its group runs op by op). A fused group writes only its outputs. A group
 // whose kernel cannot be compiled or loaded runs op by op, after one warning naming the cause.
+RunCounts run_region(const ops::fusion::Region& region, const ops::fusion::CompiledRegion& compiled,
+                     std::vector<Tensor>& tensors, Device device);
+
+// The same for a plan, writing its kernels first.
 RunCounts run_region(const ops::fusion::Region& region, const ops::fusion::Plan& plan,
                      std::vector<Tensor>& tensors, Device device);
 
