@@ -47,6 +47,10 @@ GraphedStep::~GraphedStep() = default;
 GraphedStep::GraphedStep(GraphedStep&&) noexcept = default;
 GraphedStep& GraphedStep::operator=(GraphedStep&&) noexcept = default;
 
+bool GraphedStep::fuses() const {
+  return fusion_environment().value_or(options_.fuse);
+}
+
 bool GraphedStep::graphed() const {
   return graph_ != nullptr && graph_->captured();
 }
@@ -56,7 +60,7 @@ Tensor GraphedStep::eager(const TensorList& inputs) {
   // The first warm-up calls settle autotuning and lazy state unfused; from the last one on, an
   // eager call (a step that cannot be graphed, a mismatched batch) still gets the step compiler.
   if (calls_ < options_.warmup) return step_(inputs);
-  FusionScope fuse(options_.fuse);
+  FusionScope fuse(fuses());
   Tensor out = step_(inputs);
   fuse.flush();
   eager_fusion_ = fuse.stats();
@@ -121,7 +125,7 @@ Tensor GraphedStep::capture(const TensorList& inputs) {
     graph_->capture_begin(stream);
     Tensor out;
     {
-      FusionScope fuse(options_.fuse);
+      FusionScope fuse(fuses());
       out = step_(static_inputs_);
       fuse.flush();
       capture_fusion_ = fuse.stats();

@@ -67,9 +67,9 @@ struct GraphedStepOptions {
   // runs eagerly after them (a step that waits for the host, a mismatched batch) record the
   // step's pointwise CUDA ops and run each chain as one generated kernel, writing only the values
   // something reads later. The warm-up call compiles (or loads from the disk cache) every kernel,
-  // so the capture loads none. Results are bitwise those of the unfused step. NABLA_FUSION=0 in
-  // the environment turns it off too.
-  bool fuse = true;
+  // so the capture loads none. Results are bitwise those of the unfused step. NABLA_FUSION=1 or =0
+  // in the environment overrides this. Off by default until it has run on a GPU (issue 43).
+  bool fuse = false;
 };
 
 // The step: inputs in, one tensor out (the loss, say).
@@ -106,6 +106,7 @@ class GraphedStep {
 
  private:
   Tensor eager(const TensorList& inputs);
+  bool fuses() const;  // options_.fuse unless NABLA_FUSION says otherwise
   Tensor capture(const TensorList& inputs);
   // Why `inputs` cannot replay the captured graph ("" when they can).
   std::string mismatch(const TensorList& inputs) const;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "nabla/core/deferred.h"
 
@@ -34,8 +35,14 @@ struct FusionStats {
   double compile_s = 0;   // seconds spent compiling
 };
 
-// Whether NABLA_FUSION leaves fusion on (unset, or anything but "0", "off", "false").
-bool fusion_enabled_by_environment();
+// What NABLA_FUSION says: false for "0", "off" or "false" (every scope is then inert), true for
+// "1", "on" or "true" (nn::make_graphed_step then fuses whatever its options say), nothing when
+// unset or anything else.
+std::optional<bool> fusion_environment();
+// Whether NABLA_FUSION leaves fusion on (it does not say false).
+inline bool fusion_enabled_by_environment() {
+  return fusion_environment().value_or(true);
+}
 
 class FusionScope {
  public:

@@ -71,8 +71,9 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
   };
   // --cuda-graph: one graph per step, through nn::make_graphed_step, whose step compiler fuses
   // the pointwise ops (NABLA_FUSION=0 turns it off). The batch is one tensor reused every step.
-  nn::GraphedStep graphed([&](const TensorList&) { return step(); },
-                          {.warmup = 3, .enabled = o.cuda_graph && device.is_cuda(), .adopt_inputs = true});
+  nn::GraphedStep graphed(
+      [&](const TensorList&) { return step(); },
+      {.warmup = 3, .enabled = o.cuda_graph && device.is_cuda(), .adopt_inputs = true, .fuse = true});
   const auto run_step = [&] { return o.cuda_graph ? graphed(window) : step(); };
   const auto warm_start = std::chrono::steady_clock::now();
   for (int i = 0; i < std::max(o.warmup, o.cuda_graph ? 5 : 0); ++i) run_step();

@@ -107,7 +107,8 @@ struct Llama : nn::Module {
         norm(shape.width, 1e-5),
         output({.in = shape.width, .out = shape.vocab, .bias = false}) {
     for (int64_t i = 0; i < s.layers; ++i) blocks.push_back(&layers.emplace_back<Block>(s));
-    register_modules({{"tok_embeddings", tok_embeddings}, {"layers", layers}, {"norm", norm}, {"output", output}});
+    register_modules(
+        {{"tok_embeddings", tok_embeddings}, {"layers", layers}, {"norm", norm}, {"output", output}});
   }
   Tensor forward(const Tensor& x) override { return x; }
   Tensor loss(const Tensor& idx, const Tensor& target) {
@@ -163,8 +164,9 @@ nlohmann::json run_nabla(const LlamaBenchOptions& o) {
     opt.zero_grad();
     return loss.detach();
   };
-  nn::GraphedStep graphed([&](const TensorList&) { return step(); },
-                          {.warmup = 3, .enabled = o.cuda_graph && device.is_cuda(), .adopt_inputs = true});
+  nn::GraphedStep graphed(
+      [&](const TensorList&) { return step(); },
+      {.warmup = 3, .enabled = o.cuda_graph && device.is_cuda(), .adopt_inputs = true, .fuse = true});
   const auto run_step = [&] { return o.cuda_graph ? graphed(data) : step(); };
   const auto warm_start = std::chrono::steady_clock::now();
   for (int i = 0; i < std::max(o.warmup, o.cuda_graph ? 5 : 0); ++i) run_step();

@@ -197,10 +197,16 @@ bool record_cast(const Tensor& src, const Tensor& out) {
 
 namespace nabla {
 
-bool fusion_enabled_by_environment() {
+std::optional<bool> fusion_environment() {
   const char* v = std::getenv("NABLA_FUSION");
-  if (v == nullptr) return true;
-  return std::strcmp(v, "0") != 0 && std::strcmp(v, "off") != 0 && std::strcmp(v, "false") != 0;
+  if (v == nullptr) return std::nullopt;
+  for (const char* off : {"0", "off", "false"}) {
+    if (std::strcmp(v, off) == 0) return false;
+  }
+  for (const char* on : {"1", "on", "true"}) {
+    if (std::strcmp(v, on) == 0) return true;
+  }
+  return std::nullopt;
 }
 
 FusionScope::FusionScope(bool enabled) {

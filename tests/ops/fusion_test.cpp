@@ -256,6 +256,9 @@ TEST(FusionScope, CpuOpsRunAsTheyAreAndTheEnvironmentTurnsItOff) {
   }
   ::setenv("NABLA_FUSION", "1", 1);
   EXPECT_TRUE(fusion_enabled_by_environment());
+  EXPECT_EQ(fusion_environment(), std::optional<bool>(true));
+  ::setenv("NABLA_FUSION", "maybe", 1);
+  EXPECT_EQ(fusion_environment(), std::nullopt);
   EXPECT_FALSE(FusionScope(false).active());
   if (saved) {
     ::setenv("NABLA_FUSION", before.c_str(), 1);
