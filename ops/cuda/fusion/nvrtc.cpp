@@ -185,6 +185,7 @@ std::string compile_to_cubin(const std::string& source, int arch) {
   std::vector<std::string> options = base_options();
   options.push_back(fmt::format("--gpu-architecture=sm_{}", arch));
   std::vector<const char*> argv;
+  argv.reserve(options.size());
   for (const std::string& o : options) argv.push_back(o.c_str());
   const nvrtcResult compiled = nvrtc.compile(program, static_cast<int>(argv.size()), argv.data());
   if (compiled != NVRTC_SUCCESS) {
