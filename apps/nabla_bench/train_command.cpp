@@ -39,6 +39,7 @@
 #include "nabla_bench/bench_common.h"
 #include "nabla_bench/commands.h"
 #include "nabla_bench/phase_timer.h"
+#include "nabla_bench/plain_resnet.h"
 #include "nabla_bench/table.h"
 #include "nabla_bench/torch_compare.h"
 
@@ -61,6 +62,7 @@ struct TrainBenchOptions {
   std::string data_dir;        // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
   int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
+  bool plain = false;       // torchvision's structure written with plain layers (plain_resnet.h)
   double memory_fraction = 0;
   bool cuda_graph = false;     // capture the step once and replay it (nn::make_graphed_step)
   bool conv_bn_fusion = true;  // batch norms inside the convolutions (Routes::conv_batch_norm_fusion)
@@ -151,7 +153,8 @@ class Trainer {
   static std::shared_ptr<nn::Module> make_tagged_model(const TrainBenchOptions& o, Device device,
                                                        MemoryFormat format) {
     MemoryCategoryScope tag(MemoryCategory::parameters);
-    auto m = make_model(o.arch, o.grad_checkpoint);
+    NABLA_CHECK(!o.plain || o.grad_checkpoint == 0, "--plain and --grad-checkpoint do not go together");
+    auto m = o.plain ? plain_resnet(o.arch) : make_model(o.arch, o.grad_checkpoint);
     m->to(device, format);
     return m;
   }
@@ -319,9 +322,9 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
     std::printf(
         "%s train: world %d%s, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
         "peak %.2f GiB allocated / %.2f GiB reserved (rank 0), loss %.4f\n",
-        o.arch.c_str(), world, dist.group ? " (DDP)" : "", static_cast<long long>(o.batch_size),
-        config.amp.c_str(), channels_last ? "channels_last" : "NCHW", input.c_str(), ms, img_s, peak_alloc,
-        peak_reserved, final_loss);
+        (o.arch + (o.plain ? " (plain)" : "")).c_str(), world, dist.group ? " (DDP)" : "",
+        static_cast<long long>(o.batch_size), config.amp.c_str(), channels_last ? "channels_last" : "NCHW",
+        input.c_str(), ms, img_s, peak_alloc, peak_reserved, final_loss);
     if (o.memory_report) std::printf("%s\n", memory_category_report(device).c_str());
     if (batches.from_files()) {
       std::printf("data wait (rank 0): %.2f ms/step on average, %.2f ms at worst, %.1f%% of step time\n",
@@ -332,6 +335,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
   return {{"bench", "train"},
           {"framework", "nabla"},
           {"arch", o.arch},
+          {"plain", o.plain},
           {"world", world},
           {"batch", o.batch_size},
           {"amp", config.amp},
@@ -571,6 +575,10 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
       "Capture the whole training step (forward, loss, backward, scaler, SGD) into one CUDA graph after 3 "
       "eager steps and replay it (nn::make_graphed_step); the peaks then count from the capture");
   cmd->get_option("--phase-times")->excludes(graph_flag);
+  cmd->add_flag(
+      "--plain", o->plain,
+      "Train the ResNet as torchvision writes it, with plain layers (relu(bn(conv(x)))) instead of the "
+      "model zoo's hand-fused forward; with --cuda-graph and NABLA_FUSION=1 the step compiler fuses it");
   cmd->add_flag("!--no-conv-bn-fusion", o->conv_bn_fusion,
                 "Run the batch norms between convolutions as separate kernels instead of inside the "
                 "convolutions (cuDNN's fusion engines; float16 channels_last only), for comparison");

@@ -7,8 +7,8 @@
 # It finds NVRTC on the machine (the ld.so cache, else a pip wheel's copy) and puts it on
 # LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,ab): tests = the fusion tests;
 # suite = the whole CUDA suite (the graphed-step tests fuse by default now); fusion = ResNet-50
-# fp16 and GPT-2 graphed with NABLA_FUSION=0 and =1 (a fresh kernel cache: the fused runs compile
-# cold); llama = the plainly written LLaMA graphed and fused beside PyTorch eager and
+# fp16 (the model zoo's, and --plain) and GPT-2 graphed with NABLA_FUSION=1 and =0 (a fresh
+# kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed and fused beside PyTorch eager and
 # torch.compile, graphed unfused, and eager; ab = ResNet-50 fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under
 # $OUT; a table last.
 set -uo pipefail
@@ -46,7 +46,7 @@ if has suite; then
   done
 fi
 rn50() { timeout 120 "$1/apps/nabla-bench" train --arch resnet50 --batch-size 256 --channels-last --amp "$2" \
-  --steps 30 --cuda-graph; }
+  --steps 30 --cuda-graph "${@:3}"; }
 gpt() { timeout 120 "$1/apps/nabla-bench" gpt "${@:2}"; }
 if has fusion; then
   for fuse in 1 0; do
@@ -54,6 +54,9 @@ if has fusion; then
     NABLA_FUSION=$fuse gpt "$x" --cuda-graph > "$out/gpt_graph_fuse$fuse.log" 2>&1
   done
   gpt "$x" > "$out/gpt_eager.log" 2>&1
+  for fuse in 1 0; do
+    NABLA_FUSION=$fuse rn50 "$x" fp16 --plain > "$out/rn50_plain_fp16_fuse$fuse.log" 2>&1
+  done
 fi
 llama() { timeout "$1" "$x/apps/nabla-bench" llama "${@:2}"; }
 if has llama; then
