@@ -5,12 +5,12 @@
 #   build/gpu-45/bundle.tar.xz     (optional) apps/nabla-bench of issue 45's last commit
 #   build/gpu-base/bundle.tar.xz   (optional) apps/nabla-bench of the commit before issue 45
 # It finds NVRTC on the machine (the ld.so cache, else a pip wheel's copy) and puts it on
-# LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,ab): tests = the fusion tests;
-# suite = the whole CUDA suite (the graphed-step tests fuse by default now); fusion = ResNet-50
+# LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,llama,ab): tests = the fusion
+# tests; suite = the whole CUDA suite; fusion = ResNet-50
 # fp16 (the model zoo's, and --plain) and GPT-2 graphed with NABLA_FUSION=1 and =0 (a fresh
 # kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed
-# and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50 fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under
-# $OUT; a table last.
+# and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
+# fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
