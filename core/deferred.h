@@ -4,9 +4,11 @@
 // ops on CUDA tensors do not launch their kernels: they record themselves, and the recorder
 // (ops/fusion/recorder.h) turns the ops recorded since the last flush into fused kernels when
 // something needs their results. nabla::dispatch flushes before every op that is not pointwise,
-// and so do the runtime's host copies and synchronizations, collectives, and the end of a graph
-// capture. Code that launches its own kernels on nabla tensors without going through
-// nabla::dispatch calls flush_deferred() first; outside a compiled step it does nothing.
+// and so do the runtime's host copies and synchronizations, event records, collectives, and a
+// graph capture's start and end and its replays. Held ops run on the stream they were recorded
+// on; recording on another stream flushes the held ones first. Code that launches its own kernels on nabla
+// tensors without going through nabla::dispatch calls flush_deferred() first; outside a compiled step it does
+// nothing.
 #pragma once
 
 namespace nabla {

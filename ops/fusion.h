@@ -48,7 +48,9 @@ class FusionScope {
  public:
   // enabled = false (or NABLA_FUSION=0) makes an inert scope, so callers need no branch.
   explicit FusionScope(bool enabled = true);
-  ~FusionScope();  // runs what is still held
+  // Runs what is still held; a failure there is thrown (unless the scope is left by another
+  // exception), so no value the held ops were to write is read unwritten.
+  ~FusionScope() noexcept(false);
   FusionScope(const FusionScope&) = delete;
   FusionScope& operator=(const FusionScope&) = delete;
 

@@ -307,6 +307,7 @@ Graph::~Graph() {
 }
 
 void Graph::capture_begin(Stream stream) {
+  flush_deferred();  // held ops run now, not inside the graph (Note [Deferred launches])
   NABLA_CHECK(!capturing_ && !exec_,
               "Graph::capture_begin: this graph already holds a capture; call reset() first");
   NABLA_CHECK(stream.handle() != nullptr, "Graph::capture_begin: the legacy NULL stream cannot be captured");
@@ -342,6 +343,7 @@ void Graph::replay() {
 }
 
 void Graph::replay(Stream stream) {
+  flush_deferred();  // held ops read what the replay may overwrite
   NABLA_CHECK(exec_ != nullptr, "Graph::replay: nothing was captured");
   NABLA_CHECK(stream.device() == stream_.device(), "Graph::replay: captured on cuda:{}, replayed on cuda:{}",
               stream_.device(), stream.device());

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <exception>
 
+#include "nabla/core/cuda/stream.h"
 #include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
 #include "nabla/core/logging.h"
@@ -54,7 +55,11 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
   for (const Tensor* t : inputs) {
     if (!t->defined() || t->device() != out.device()) return false;
   }
-  bool must_flush = region_.ops().size() >= kMaxHeldOps || (!slots_.empty() && device_ != out.device());
+  // Held ops run on the stream they were recorded on: a switch of streams (a StreamGuard, the
+  // prefetcher's copy stream) flushes first, so the ops on each stream stay in its order.
+  const nabla::cuda::Stream stream = nabla::cuda::current_stream(out.device().index);
+  bool must_flush = region_.ops().size() >= kMaxHeldOps ||
+                    (!slots_.empty() && (device_ != out.device() || !(stream_ == stream)));
   for (const Tensor* t : inputs) {
     const auto it = by_storage_.find(t->storage().get());
     if (it == by_storage_.end()) continue;
@@ -67,7 +72,10 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
     must_flush = must_flush || !same_view;
   }
   if (must_flush) flush();
-  if (slots_.empty()) device_ = out.device();
+  if (slots_.empty()) {
+    device_ = out.device();
+    stream_ = stream;
+  }
   return true;
 }
 
@@ -160,7 +168,10 @@ void Recorder::flush() {
         NABLA_ASSERT(false, "the step compiler recorded ops on the CPU");
         return {};
       },
-      [&] { return ops::cuda::fusion::run_region(region_, *compiled, tensors, device_); });
+      [&] {
+        const nabla::cuda::StreamGuard on(stream_);
+        return ops::cuda::fusion::run_region(region_, *compiled, tensors, device_);
+      });
   ++stats_.flushes;
   stats_.fused_kernels += counts.fused_kernels;
   stats_.fused_ops += counts.fused_ops;
@@ -219,11 +230,22 @@ FusionScope::FusionScope(bool enabled) {
   recorder_ = std::move(recorder);
 }
 
-FusionScope::~FusionScope() {
+// The last flush's error reaches the caller (unless an exception is already on its way out):
+// a value the scope's ops were to write must not be read unwritten after a logged error.
+FusionScope::~FusionScope() noexcept(false) {
   if (!recorder_) return;
-  recorder_.reset();  // flushes
+  std::exception_ptr error;
+  if (std::uncaught_exceptions() == 0) {
+    try {
+      recorder_->flush();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  recorder_.reset();  // flushes what is left (nothing, or after an exception: logged)
   detail::t_deferred = previous_;
   ops::fusion::t_recorder = nullptr;
+  if (error) std::rethrow_exception(error);
 }
 
 void FusionScope::flush() {

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "nabla/core/cuda/stream.h"
 #include "nabla/core/deferred.h"
 #include "nabla/core/tensor.h"
 #include "nabla/ops/fusion.h"
@@ -52,6 +53,7 @@ class Recorder final : public DeferredLaunches {
   std::unordered_map<const TensorImpl*, int> by_impl_;  // by tensor (checked against the slot)
   std::unordered_map<const Storage*, int> by_storage_;  // results, by buffer (likewise)
   Device device_ = Device::cpu();                       // of every tensor held
+  nabla::cuda::Stream stream_;                          // the ops were recorded on
   bool flushing_ = false;
   FusionStats stats_;
 };
