@@ -21,11 +21,11 @@ namespace nabla::ops::fusion {
 // eager kernels':
 //   - a 16-bit value read again inside the kernel is rounded to its dtype first (rnd_f16,
 //     rnd_bf16), as eager mode's store and reload would;
-//   - a float or double value read again passes through keep(), an empty asm statement, so the
-//     compiler cannot contract a multiply in one op with an add in the next into an FMA that
-//     eager mode, running them as two kernels, never computes.
-// Inside one formula the compiler contracts as nvcc does for the eager kernels (both default to
-// --fmad=true).
+//   - no multiply and add are contracted into an FMA: NVRTC compiles with --fmad=false, as nvcc
+//     does the eager pointwise kernels (ops/CMakeLists.txt). An empty asm statement between two
+//     ops does not suffice: it hides the value from NVVM, not from ptxas, which contracts a
+//     mul.f32 in one op with an add.f32 in the next (seen on the H200). The math library's own
+//     FMAs are explicit and run either way.
 
 namespace {
 
@@ -196,7 +196,6 @@ KernelSource Writer::write() {
       if (out.dtype == kFloat16 || out.dtype == kBFloat16) {
         s += fmt::format("  v{} = rnd_{}(v{});", op.result, type_suffix(out.dtype), op.result);
       }
-      if (out.dtype != kBool) s += fmt::format("  keep(v{});", op.result);
     }
     compute.push_back(std::move(s));
   }

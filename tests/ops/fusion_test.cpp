@@ -184,6 +184,18 @@ TEST(FusionCodegen, StridedOperandsMatchTheirGoldenFile) {
   expect_golden("channels_last_add_relu_f16.cu", k.source);
 }
 
+TEST(FusionCodegen, AProductReadByAnAddIsKeptApartMatchingItsGoldenFile) {
+  // x * w + b: eager rounds the product before the add, so the kernel must not contract them.
+  Region r;
+  const int x = r.input(kFloat32, {1000, 33});
+  const int w = r.input(kFloat32, {33});
+  const int b = r.input(kFloat32, {1000, 33});
+  const int m = r.binary(BinaryOp::Mul, x, w);
+  r.mark_live_out(r.unary(UnaryOp::Tanh, r.binary(BinaryOp::Add, m, b)));
+  const KernelSource k = generate_kernel(r, plan_groups(r).groups.at(0));
+  expect_golden("mul_add_tanh_f32.cu", k.source);
+}
+
 TEST(FusionCodegen, MasksCastsAndNonFiniteScalarsMatchTheirGoldenFile) {
   Region r;
   const int x = r.input(kFloat32, {3, 7});

@@ -131,7 +131,7 @@ const Headers& headers() {
 
 // -default-device: the formulas' NABLA_HOST_DEVICE functions are device functions here.
 const std::vector<std::string>& base_options() {
-  static const std::vector<std::string> options = {"--std=c++20", "-default-device", "--fmad=true"};
+  static const std::vector<std::string> options = {"--std=c++20", "-default-device", "--fmad=false"};
   return options;
 }
 

@@ -80,14 +80,6 @@ __device__ __forceinline__ float rnd_bf16(float v) {
   return __uint_as_float(static_cast<unsigned>(to_bf16_bits(v)) << 16);
 }
 
-// A value the compiler must take as it is: no FMA across ops (Note [Generated kernels]).
-__device__ __forceinline__ void keep(float& v) {
-  asm volatile("" : "+f"(v));
-}
-__device__ __forceinline__ void keep(double& v) {
-  asm volatile("" : "+d"(v));
-}
-
 // ---- Four neighbouring elements at once (Note [Vectorized fused kernels] in codegen.cpp) --------
 // i is a multiple of 4 and p aligned as aligned() checked, so each is one 4-, 8- or 16-byte access.
 

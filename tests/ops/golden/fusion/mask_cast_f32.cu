@@ -7,7 +7,7 @@
 //   %7 = cast(%6) bfloat16[3, 7]
 #include "nabla_fusion_prelude.cuh"
 
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_b34efda5db558187(nabla_fusion::Pointers<3> p) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_e6e772bc676f1594(nabla_fusion::Pointers<3> p) {
   using namespace nabla_fusion;
   if (aligned(p.p[0], 8) && aligned(p.p[1], 16)) {
     for (unsigned b = (unsigned(blockIdx.x) * 256u + threadIdx.x) * 4u; b < 20u; b += unsigned(gridDim.x) * 1024u) {
@@ -17,9 +17,9 @@ extern "C" __global__ void __launch_bounds__(256) nabla_fused_b34efda5db558187(n
       #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float v0 = x1[j];
-        float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});  keep(v1);
+        float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});
         bool v2 = compare_scalar<UnaryOp(33) /* lt_scalar */>(static_cast<double>(v1), 0x1p-2);
-        float v4 = v2 ? v3 : v1;  keep(v4);
+        float v4 = v2 ? v3 : v1;
         bool v5 = v4 != static_cast<float>(0);
         bool v6 = logical<BinaryOp(2) /* mul */>(v5, v2);
         float v7 = static_cast<float>(v6);
@@ -30,9 +30,9 @@ extern "C" __global__ void __launch_bounds__(256) nabla_fused_b34efda5db558187(n
     for (unsigned i = 20u + unsigned(blockIdx.x) * 256u + threadIdx.x; i < 21u; i += unsigned(gridDim.x) * 256u) {
       const float v0 = ld_f32(p.p[1], i);
       const float v3 = ld_f32(p.p[2], 0);
-      float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});  keep(v1);
+      float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});
       bool v2 = compare_scalar<UnaryOp(33) /* lt_scalar */>(static_cast<double>(v1), 0x1p-2);
-      float v4 = v2 ? v3 : v1;  keep(v4);
+      float v4 = v2 ? v3 : v1;
       bool v5 = v4 != static_cast<float>(0);
       bool v6 = logical<BinaryOp(2) /* mul */>(v5, v2);
       float v7 = static_cast<float>(v6);
@@ -43,9 +43,9 @@ extern "C" __global__ void __launch_bounds__(256) nabla_fused_b34efda5db558187(n
   for (unsigned i = unsigned(blockIdx.x) * 256u + threadIdx.x; i < 21u; i += unsigned(gridDim.x) * 256u) {
     const float v0 = ld_f32(p.p[1], i);
     const float v3 = ld_f32(p.p[2], 0);
-    float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});  keep(v1);
+    float v1 = unary<UnaryOp(30) /* clamp */>(v0, UnaryScalars<float>{static_cast<float>(-0x1p+0), static_cast<float>(__longlong_as_double(0x7ff0000000000000ULL)), -0x1p+0, __longlong_as_double(0x7ff0000000000000ULL), 0});
     bool v2 = compare_scalar<UnaryOp(33) /* lt_scalar */>(static_cast<double>(v1), 0x1p-2);
-    float v4 = v2 ? v3 : v1;  keep(v4);
+    float v4 = v2 ? v3 : v1;
     bool v5 = v4 != static_cast<float>(0);
     bool v6 = logical<BinaryOp(2) /* mul */>(v5, v2);
     float v7 = static_cast<float>(v6);
