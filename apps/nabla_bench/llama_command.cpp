@@ -133,6 +133,7 @@ struct LlamaBenchOptions {
   int steps = 20;
   int warmup = 8;
   bool cuda_graph = false;
+  int profile = 0;
   std::string modes = "eager,compile";
   std::string json_path;
   TorchOptions torch;
@@ -192,6 +193,12 @@ nlohmann::json run_nabla(const LlamaBenchOptions& o) {
   int64_t params = 0;
   for (const auto& p : model.parameters()) params += p.numel();
   if (o.cuda_graph) print_fusion_report(graphed);
+  if (o.profile > 0) {
+    // Eager and unfused: the profiler's per-op events would split every fused chain anyway.
+    profiler::start();
+    for (int i = 0; i < o.profile; ++i) step();
+    std::printf("nabla::profiler over %d steps:\n%s", o.profile, profiler::table(profiler::stop()).c_str());
+  }
   return {{"bench", "llama"},
           {"mode", "nabla"},
           {"batch", o.batch},
@@ -271,6 +278,9 @@ void add_llama_command(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--warmup", options->warmup, "untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--profile", options->profile, "after timing, this many steps under nabla::profiler")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--layers", options->shape.layers, "transformer blocks")
