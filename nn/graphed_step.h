@@ -68,8 +68,8 @@ struct GraphedStepOptions {
   // step's pointwise CUDA ops and run each chain as one generated kernel, writing only the values
   // something reads later. The warm-up call compiles (or loads from the disk cache) every kernel,
   // so the capture loads none. Results are bitwise those of the unfused step. NABLA_FUSION=1 or =0
-  // in the environment overrides this. Off by default until it has run on a GPU (issue 43).
-  bool fuse = false;
+  // in the environment overrides this.
+  bool fuse = true;
 };
 
 // The step: inputs in, one tensor out (the loss, say).

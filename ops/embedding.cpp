@@ -73,21 +73,17 @@ Tensor embedding(const Tensor& weight, const Tensor& indices, const EmbeddingOpt
               "embedding: expected padding_idx in [0, {}) or -1 (none) for weight {}, got {}", num_rows,
               describe(weight), padding_idx);
   const Tensor flat = indices.reshape({indices.numel()}).contiguous();
+  // On CUDA the check runs on the device and reports at the next wait (Note [Checks on the
+  // device]); the CPU finds the first bad index here.
   std::optional<int64_t> bad;
+  const auto message = [&] {
+    return fmt::format("embedding: index {{}} is out of range for weight {} (expected 0 <= index < {})",
+                       describe(weight), num_rows);
+  };
   ops::dispatch(
       "find_out_of_range", flat, [&] { bad = ops::cpu::find_out_of_range(flat, num_rows); },
-      [&] {
-        if (flat.numel() > 0) {
-          auto [lowest, highest] = ops::cuda::index_range(flat);
-          if (lowest < 0) {
-            bad = lowest;
-          } else if (highest >= num_rows) {
-            bad = highest;
-          }
-        }
-      });
-  NABLA_CHECK(!bad, "embedding: index {} is out of range for weight {} (expected 0 <= index < {})",
-              bad.value_or(0), describe(weight), num_rows);
+      [&] { ops::cuda::check_indices(flat, num_rows, message()); });
+  NABLA_CHECK(!bad, "{}", fmt::format(fmt::runtime(message()), bad.value_or(0)));
   Shape out_sizes(indices.sizes());
   out_sizes.push_back(dim);
   Tensor out = Tensor::empty(out_sizes, weight.options());

@@ -36,28 +36,19 @@ void check_index_tensor(const char* op, const Tensor& x, const Tensor& index) {
   NABLA_CHECK(x.dim() >= 1, "{}: expected a tensor of at least 1 dim, got {}", op, describe(x));
 }
 
-// Throws naming a bad value (the first on the CPU; the smallest or largest on CUDA); runs before
-// the kernel writes anything.
+// Throws naming the first bad value on the CPU. On CUDA a kernel checks the values without making
+// the host wait, and the error comes at the host's next wait for the device (Note [Checks on the
+// device] in core/cuda/device_checks.h); the indexing kernels skip a bad index meanwhile.
 void check_index_values(const char* op, const Tensor& index, const Tensor& x, int64_t dim) {
+  const auto message = [&] {
+    return fmt::format("{}: index {{}} is out of range for dim {} of {} (expected 0 <= index < {})", op, dim,
+                       describe(x), x.size(dim));
+  };
   std::optional<int64_t> bad;
   ops::dispatch(
       "find_out_of_range", index, [&] { bad = ops::cpu::find_out_of_range(index, x.size(dim)); },
-      [&] {
-        // A device-side check could only report by killing the context (__trap) or through a flag
-        // read later; reading min and max back costs one wait for the device per call instead.
-        if (index.numel() > 0) {
-          auto [lowest, highest] = ops::cuda::index_range(index);
-          if (lowest < 0) {
-            bad = lowest;
-          } else if (highest >= x.size(dim)) {
-            bad = highest;
-          }
-        }
-      });
-  if (bad) {
-    NABLA_CHECK(false, "{}: index {} is out of range for dim {} of {} (expected 0 <= index < {})", op, *bad,
-                dim, describe(x), x.size(dim));
-  }
+      [&] { ops::cuda::check_indices(index, x.size(dim), message()); });
+  NABLA_CHECK(!bad, "{}", fmt::format(fmt::runtime(message()), bad.value_or(0)));
 }
 
 // A copy of x for the out-of-place accumulating ops, in x's memory format.

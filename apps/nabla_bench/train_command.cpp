@@ -578,7 +578,7 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag(
       "--plain", o->plain,
       "Train the ResNet as torchvision writes it, with plain layers (relu(bn(conv(x)))) instead of the "
-      "model zoo's hand-fused forward; with --cuda-graph and NABLA_FUSION=1 the step compiler fuses it");
+      "model zoo's hand-fused forward; with --cuda-graph the step compiler fuses it");
   cmd->add_flag("!--no-conv-bn-fusion", o->conv_bn_fusion,
                 "Run the batch norms between convolutions as separate kernels instead of inside the "
                 "convolutions (cuDNN's fusion engines; float16 channels_last only), for comparison");

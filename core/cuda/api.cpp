@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "nabla/core/cuda/detail/backend.h"
+#include "nabla/core/cuda/device_checks.h"
 #include "nabla/core/cuda/graph.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/pinned_allocator.h"
@@ -47,6 +48,7 @@ void synchronize() {
     backend::synchronize();
   else
     built_without_cuda("cuda::synchronize");
+  raise_failed_device_checks();  // Note [Checks on the device]
 }
 Allocator& device_allocator(int index) {
   if constexpr (kHasCuda)
@@ -67,6 +69,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
     backend::copy_bytes(dst, dst_device, src, src_device, nbytes);
   else
     built_without_cuda("a copy to or from a CUDA device");
+  if (dst_device.is_cpu()) raise_failed_device_checks();
 }
 void memset_zero(void* dst, Device device, size_t nbytes) {
   flush_deferred();
@@ -91,6 +94,7 @@ void Stream::synchronize() const {
     backend::stream_synchronize(*this);
   else
     built_without_cuda("cuda::Stream::synchronize");
+  raise_failed_device_checks();
 }
 Stream current_stream(int device) {
   if constexpr (kHasCuda)
@@ -186,6 +190,7 @@ void Event::synchronize() const {
   if constexpr (kHasCuda) {
     if (handle_) backend::event_synchronize(handle_);
   }
+  raise_failed_device_checks();
 }
 float Event::elapsed_ms(const Event& end) const {
   NABLA_CHECK(handle_ && end.handle_ && enable_timing_ && end.enable_timing_,

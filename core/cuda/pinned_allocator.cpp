@@ -2,6 +2,7 @@
 // address-ordered map so that any pointer into a block finds it; free blocks sit in per-size lists; blocks
 // freed while a recorded copy may still read them wait in `pending` until their events complete.
 #include <bit>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -152,6 +153,13 @@ Allocator& pinned_allocator() {
   NABLA_CHECK(is_available(), "pinned memory needs a CUDA device, and none is available");
   return instance();
 }
+void* alloc_mapped_host(size_t nbytes) {
+  void* p = nullptr;
+  NABLA_CUDA_CHECK(cudaHostAlloc(&p, nbytes, cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(p, 0, nbytes);
+  return p;
+}
+
 bool is_pinned(const void* ptr) {
   return is_available() && instance().contains(ptr);
 }

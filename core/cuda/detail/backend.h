@@ -72,6 +72,9 @@ void release_graph_pool(int device, uint64_t pool, Stream stream);
 
 // Pinned host memory (pinned_allocator.cpp).
 Allocator& pinned_allocator();
+// Host memory the device can write through the same pointer (cudaHostAllocMapped), zeroed, kept
+// for the process (Note [Checks on the device] in core/cuda/device_checks.h).
+void* alloc_mapped_host(size_t nbytes);
 bool is_pinned(const void* ptr);
 void record_pinned_use(const void* ptr, Stream stream);
 PinnedStats pinned_stats();

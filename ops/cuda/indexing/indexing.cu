@@ -1,4 +1,7 @@
-// CUDA index_select, gather, index_add and scatter_add, and the index range check.
+// CUDA index_select, gather, index_add and scatter_add, and the index range check on the device
+// (Note [Checks on the device] in core/cuda/device_checks.h): the kernels skip an index outside
+// the indexed dim (a selection writes zero), so a bad index the check reports later never reads
+// or writes outside a tensor.
 //
 // All four walk one iteration space (index_select: the output; index_add: the source;
 // gather/scatter_add: the index) with three operands addressed by strides: a destination, a
@@ -13,11 +16,10 @@
 // rounding.
 #include <algorithm>
 
+#include "nabla/core/cuda/device_checks.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/ops/cuda/common.cuh"
 #include "nabla/ops/cuda/indexing/kernels.h"
-#include "nabla/ops/cuda/reduce/kernels.h"
-#include "nabla/ops/detail/alias.h"
 
 namespace nabla::ops::cuda {
 
@@ -130,16 +132,18 @@ __device__ __forceinline__ void atomic_add(T* p, T v) {
 template <typename T, typename Index, bool Accumulate>
 __global__ void __launch_bounds__(256)
     indexed_kernel(T* __restrict__ dst, const T* __restrict__ src, const int64_t* __restrict__ index,
-                   Indexer<Index> indexer, Index numel, int64_t dim_stride) {
+                   Indexer<Index> indexer, Index numel, int64_t dim_stride, int64_t bound) {
   for (Index n = blockIdx.x * Index{blockDim.x} + threadIdx.x; n < numel;
        n += Index{gridDim.x} * blockDim.x) {
     int64_t off[3];
     indexer.offsets(n, off);
-    const int64_t at = index[off[2]] * dim_stride;
+    const int64_t i = index[off[2]];
+    const bool valid = i >= 0 && i < bound;
+    const int64_t at = i * dim_stride;
     if constexpr (Accumulate) {
-      atomic_add(dst + off[0] + at, src[off[1]]);
+      if (valid) atomic_add(dst + off[0] + at, src[off[1]]);
     } else {
-      dst[off[0]] = src[off[1] + at];
+      dst[off[0]] = valid ? src[off[1] + at] : T{};
     }
   }
 }
@@ -166,7 +170,7 @@ struct Bits<8> {
 
 template <typename T, bool Accumulate>
 void launch_typed(const Tensor& dst, const Tensor& src, const Tensor& index, const Geometry& g, int64_t numel,
-                  int64_t dim_stride) {
+                  int64_t dim_stride, int64_t bound) {
   if (numel == 0) return;
   const cudaStream_t stream = stream_for(dst);
   auto* d = static_cast<T*>(dst.data_ptr());
@@ -174,10 +178,10 @@ void launch_typed(const Tensor& dst, const Tensor& src, const Tensor& index, con
   const auto* i = index.data_ptr<int64_t>();
   if (numel < (int64_t{1} << 31)) {
     indexed_kernel<T, uint32_t, Accumulate><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
-        d, s, i, Indexer<uint32_t>(g), static_cast<uint32_t>(numel), dim_stride);
+        d, s, i, Indexer<uint32_t>(g), static_cast<uint32_t>(numel), dim_stride, bound);
   } else {
     indexed_kernel<T, uint64_t, Accumulate><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
-        d, s, i, Indexer<uint64_t>(g), static_cast<uint64_t>(numel), dim_stride);
+        d, s, i, Indexer<uint64_t>(g), static_cast<uint64_t>(numel), dim_stride, bound);
   }
   NABLA_CUDA_CHECK_LAUNCH();
 }
@@ -197,69 +201,82 @@ Shape strides_of_1d_index(const Tensor& index, int64_t ndim, int64_t dim) {
 }
 
 void select(const char* op, const Tensor& out, const Tensor& x, const Tensor& index, const Geometry& g,
-            int64_t numel, int64_t dim_stride) {
+            int64_t numel, int64_t dim_stride, int64_t bound) {
   switch (x.itemsize()) {
     case 1:
-      return launch_typed<Bits<1>::type, false>(out, x, index, g, numel, dim_stride);
+      return launch_typed<Bits<1>::type, false>(out, x, index, g, numel, dim_stride, bound);
     case 2:
-      return launch_typed<Bits<2>::type, false>(out, x, index, g, numel, dim_stride);
+      return launch_typed<Bits<2>::type, false>(out, x, index, g, numel, dim_stride, bound);
     case 4:
-      return launch_typed<Bits<4>::type, false>(out, x, index, g, numel, dim_stride);
+      return launch_typed<Bits<4>::type, false>(out, x, index, g, numel, dim_stride, bound);
     case 8:
-      return launch_typed<Bits<8>::type, false>(out, x, index, g, numel, dim_stride);
+      return launch_typed<Bits<8>::type, false>(out, x, index, g, numel, dim_stride, bound);
     default:
       NABLA_ASSERT(false, "{}: item size {}", op, x.itemsize());
   }
 }
 
 void accumulate(const char* op, const Tensor& out, const Tensor& src, const Tensor& index, const Geometry& g,
-                int64_t numel, int64_t dim_stride) {
-  dispatch_device<TypeSet::FloatingAndIntegral>(
-      out.dtype(), op, [&]<typename T>() { launch_typed<T, true>(out, src, index, g, numel, dim_stride); });
+                int64_t numel, int64_t dim_stride, int64_t bound) {
+  dispatch_device<TypeSet::FloatingAndIntegral>(out.dtype(), op, [&]<typename T>() {
+    launch_typed<T, true>(out, src, index, g, numel, dim_stride, bound);
+  });
+}
+
+// The size of the indexed dim: what an index must stay below.
+int64_t bound_of(const Tensor& t, int64_t dim) {
+  return t.dim() == 0 ? 1 : t.size(dim);
+}
+
+__global__ void __launch_bounds__(256)
+    check_indices_kernel(const int64_t* __restrict__ index, int64_t numel, int64_t bound,
+                         nabla::cuda::DeviceCheckRecord* record, int check) {
+  for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < numel;
+       n += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = index[n];
+    if ((i < 0 || i >= bound) && atomicCAS(&record->failed, 0u, 1u) == 0u) {
+      record->check = check;
+      record->value = static_cast<long long>(i);
+    }
+  }
 }
 
 }  // namespace
 
-std::pair<int64_t, int64_t> index_range(const Tensor& index) {
-  NABLA_ASSERT(index.numel() > 0 && index.dtype() == kInt64, "index_range of {}", describe(index));
-  // Two reductions into one (2) buffer, then a single copy to the host, which waits for them.
-  Tensor both = Tensor::empty({2}, {.dtype = kInt64, .device = index.device()});
-  const Shape ones(index.dim(), 1), all_dims = [&] {
-    Shape d(index.dim());
-    for (int64_t k = 0; k < index.dim(); ++k) d[k] = k;
-    return d;
-  }();
-  cuda::reduce(ReduceOp::Min, index, all_dims, ops::alias(both, ones, ones, 0));
-  cuda::reduce(ReduceOp::Max, index, all_dims, ops::alias(both, ones, ones, 1));
-  int64_t host[2];
-  nabla::cuda::copy_bytes(host, Device::cpu(), both.data_ptr(), both.device(), sizeof(host));
-  return {host[0], host[1]};
+void check_indices(const Tensor& index, int64_t bound, const std::string& message) {
+  NABLA_ASSERT(index.dtype() == kInt64, "check_indices of {}", describe(index));
+  if (index.numel() == 0) return;
+  const Tensor flat = index.contiguous();
+  const int check = nabla::cuda::register_device_check(message);
+  check_indices_kernel<<<blocks_for(flat.numel(), 4), kBlockSize, 0, stream_for(flat)>>>(
+      flat.data_ptr<int64_t>(), flat.numel(), bound, nabla::cuda::device_check_record(), check);
+  NABLA_CUDA_CHECK_LAUNCH();
 }
 
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   // Iterates over out: destination out, source x (dim from the index).
   const Geometry g = coalesce(
       out.sizes(), {out.strides(), strides_without(x, dim), strides_of_1d_index(index, out.dim(), dim)});
-  select("index_select", out, x, index, g, out.numel(), x.stride(dim));
+  select("index_select", out, x, index, g, out.numel(), x.stride(dim), bound_of(x, dim));
 }
 
 void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   // Iterates over index (out has its shape): destination out, source x (dim from the index).
   const Geometry g = coalesce(index.sizes(), {out.strides(), strides_without(x, dim), index.strides()});
-  select("gather", out, x, index, g, index.numel(), x.stride(dim));
+  select("gather", out, x, index, g, index.numel(), x.stride(dim), bound_of(x, dim));
 }
 
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
   // Iterates over source: destination out (dim from the index), source source.
   const Geometry g = coalesce(source.sizes(), {strides_without(out, dim), source.strides(),
                                                strides_of_1d_index(index, source.dim(), dim)});
-  accumulate("index_add", out, source, index, g, source.numel(), out.stride(dim));
+  accumulate("index_add", out, source, index, g, source.numel(), out.stride(dim), bound_of(out, dim));
 }
 
 void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {
   // Iterates over index: destination out (dim from the index), source src.
   const Geometry g = coalesce(index.sizes(), {strides_without(out, dim), src.strides(), index.strides()});
-  accumulate("scatter_add", out, src, index, g, index.numel(), out.stride(dim));
+  accumulate("scatter_add", out, src, index, g, index.numel(), out.stride(dim), bound_of(out, dim));
 }
 
 }  // namespace nabla::ops::cuda

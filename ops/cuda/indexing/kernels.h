@@ -1,18 +1,21 @@
 // Internal. CUDA kernels for indexing, in plain C++ so front ends compile without nvcc. Same
-// contracts as ops/cpu/indexing_kernels.h: the front end validates shapes and index values and
-// allocates; these only move and add elements. Index tensors are int64.
+// contracts as ops/cpu/indexing_kernels.h: the front end validates shapes (and index values, with
+// check_indices on the device) and allocates; these only move and add elements. Index tensors are
+// int64.
 #pragma once
 
 #include <cstdint>
-#include <utility>
+#include <string>
 
 #include "nabla/core/tensor.h"
 
 namespace nabla::ops::cuda {
 
-// The smallest and largest value of a non-empty index tensor. This waits for the device (one
-// small copy to the host): it is the price of checking index values before a kernel writes.
-std::pair<int64_t, int64_t> index_range(const Tensor& index);
+// Checks on the device that every index is in [0, bound), without waiting: the first that is not
+// is reported, with `message` (a format with one {} for the value), at the host's next wait for
+// the device (Note [Checks on the device] in core/cuda/device_checks.h). The kernels below skip
+// such an index, so they stay inside their tensors meanwhile.
+void check_indices(const Tensor& index, int64_t bound, const std::string& message);
 
 // out.select(dim, i) = x.select(dim, index[i]); index is 1-d (or 0-d).
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);

@@ -9,6 +9,7 @@
 // the capture with its name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 
@@ -220,6 +221,42 @@ TEST(CudaGraphedStep, AStepThatReadsADeviceValueStaysEagerAndSaysWhy) {
   EXPECT_NE(step.eager_reason().find("wait for the GPU"), std::string::npos) << step.eager_reason();
   EXPECT_NE(step.eager_reason().find("copy from the GPU to the host"), std::string::npos)
       << step.eager_reason();
+}
+
+// Embedding checks its indices on the device (Note [Checks on the device]), so a language model's
+// step is captured; a bad token in a replayed batch is reported at the next read of the loss.
+TEST(CudaGraphedStep, AnEmbeddingStepIsCapturedAndABadTokenIsReportedAtTheNextRead) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = test_seed();
+  manual_seed(seed);
+  nn::Embedding embed(50, 16);
+  nn::Linear head({.in = 16, .out = 50});
+  embed.to(Device::cuda());
+  head.to(Device::cuda());
+  TensorList params = embed.parameters();
+  for (const Tensor& p : head.parameters()) params.push_back(p);
+  optim::SGD opt(params, {.lr = 0.1});
+  auto run = [&](const Tensor& tokens, const Tensor& targets) {
+    Tensor loss = cross_entropy(head(embed(tokens)), targets);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss.detach();
+  };
+  auto step = nn::make_graphed_step(run, {.warmup = 1});
+  Generator gen(seed + 1);
+  for (int s = 0; s < 3; ++s) {
+    Tensor tokens = randint(0, 50, {32}, {.dtype = kInt64}, &gen).to(Device::cuda());
+    Tensor targets = randint(0, 50, {32}, {.dtype = kInt64}, &gen).to(Device::cuda());
+    EXPECT_TRUE(std::isfinite(step(tokens, targets).item<double>()));
+  }
+  EXPECT_TRUE(step.graphed()) << step.eager_reason();
+  EXPECT_EQ(step.replays(), 2);
+  const Tensor bad =
+      cat({full({31}, 7, {.dtype = kInt64}), full({1}, 50, {.dtype = kInt64})}, 0).to(Device::cuda());
+  Tensor loss = step(bad, zeros({32}, {.dtype = kInt64, .device = Device::cuda()}));
+  EXPECT_NABLA_ERROR(loss.item<double>(), "embedding", "index 50 is out of range", "< 50");
+  EXPECT_EQ(step.replays(), 3);
 }
 
 TEST(CudaGraphedStep, APartialBatchRunsEagerlyAndTheNextFullOneReplays) {

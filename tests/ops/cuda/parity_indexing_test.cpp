@@ -143,21 +143,38 @@ TEST(CudaParityIndexing, ManyCollisionsCountExactly) {
   }
 }
 
-TEST(CudaParityIndexing, OutOfRangeIndicesThrowBeforeAnythingIsWritten) {
+// Note [Checks on the device]: the kernels check indices without making the host wait; the error
+// comes at the next wait, and meanwhile nothing outside a tensor is read or written.
+TEST(CudaParityIndexing, OutOfRangeIndicesAreReportedAtTheNextWaitAndTouchNothingOutside) {
   SKIP_WITHOUT_GPU();
   Tensor x = to_cuda(random_input({4, 5}, test_seed(), kFloat32));
-  Tensor before = x.cpu();
-  Tensor too_large = to_cuda(tensor<int64_t>({0, 3, 5}));
-  Tensor negative = to_cuda(tensor<int64_t>({0, -1, 2}));
-  EXPECT_NABLA_ERROR(index_select(x, 1, too_large), "index_select", "index 5 is out of range", "dim 1");
-  EXPECT_NABLA_ERROR(index_select(x, 0, negative), "index -1 is out of range");
-  EXPECT_NABLA_ERROR(gather(x, 0, to_cuda(tensor<int64_t>({4, 0}, {1, 2}))), "gather", "index 4");
-  EXPECT_NABLA_ERROR(index_add(x, 1, too_large, to_cuda(random_input({4, 3}, 1, kFloat32))), "index_add",
-                     "out of range");
-  EXPECT_NABLA_ERROR(scatter_add(x, 0, to_cuda(tensor<int64_t>({-3}, {1, 1})), x), "scatter_add", "index -3");
+  const Tensor before = x.cpu();
+  const Tensor too_large = to_cuda(tensor<int64_t>({0, 3, 5}));
+  const Tensor negative = to_cuda(tensor<int64_t>({0, -1, 2}));
+  Tensor selected = index_select(x, 1, too_large);  // no wait, so no error yet
+  EXPECT_NABLA_ERROR(selected.cpu(), "index_select", "index 5 is out of range", "dim 1", "next wait");
+  EXPECT_NO_THROW(selected.cpu());  // reported once
+  // The bad column reads as zeros; the good ones are x's.
+  const Tensor expected = cat({before.narrow(1, 0, 1), before.narrow(1, 3, 1), zeros({4, 1})}, 1);
+  EXPECT_TRUE(matches_cpu(selected, expected, Tolerance{0, 0}));
+  Tensor rows = index_select(x, 0, negative);
+  EXPECT_NABLA_ERROR(cuda::synchronize(), "index -1 is out of range");
+  EXPECT_NABLA_ERROR(gather(x, 0, to_cuda(tensor<int64_t>({4, 0}, {1, 2}))).cpu(), "gather", "index 4");
+  const Tensor source = to_cuda(random_input({4, 3}, test_seed() + 1, kFloat32));
+  Tensor added = index_add(x, 1, too_large, source);
+  EXPECT_NABLA_ERROR(added.cpu(), "index_add", "out of range");
+  // The in-range columns 0 and 3 got their sums; column 5 does not exist and nothing was written.
+  Tensor expected_added = before.clone();
+  expected_added.narrow(1, 0, 1).add_(source.cpu().narrow(1, 0, 1));
+  expected_added.narrow(1, 3, 1).add_(source.cpu().narrow(1, 1, 1));
+  EXPECT_TRUE(matches_cpu(added, expected_added, Tolerance{0, 0}));
+  EXPECT_NABLA_ERROR(scatter_add(x, 0, to_cuda(tensor<int64_t>({-3}, {1, 1})), x).cpu(), "scatter_add",
+                     "index -3");
   EXPECT_TRUE(matches_cpu(x, before, Tolerance{0, 0}));
+  EXPECT_NABLA_ERROR(embedding(x, to_cuda(tensor<int64_t>({1, 9}))).cpu(), "embedding", "index 9", "< 4");
   // An empty index is fine and selects nothing.
   EXPECT_EQ(index_select(x, 0, to_cuda(Tensor::empty({0}, {.dtype = kInt64}))).sizes(), (Shape{0, 5}));
+  EXPECT_NO_THROW(cuda::synchronize());
 }
 
 TEST(CudaParityIndexing, CatAndStackMatchTheCpu) {
