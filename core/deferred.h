@@ -23,6 +23,18 @@ class DeferredLaunches {
 namespace detail {
 // The thread's recorder, or null (outside a compiled step).
 inline thread_local DeferredLaunches* t_deferred = nullptr;
+
+// How many nabla::dispatch CUDA bodies this thread is inside. Such a body launches its own kernels
+// on tensors it may have just made with other ops (GradScaler::unscale_ computes 1 / scale, then
+// launches the fused unscale that reads it): the recorder holds nothing back there, or the
+// body's own launch would read a value not yet written.
+inline thread_local int t_dispatch_depth = 0;
+struct InsideDispatch {
+  InsideDispatch() { ++t_dispatch_depth; }
+  ~InsideDispatch() { --t_dispatch_depth; }
+  InsideDispatch(const InsideDispatch&) = delete;
+  InsideDispatch& operator=(const InsideDispatch&) = delete;
+};
 }  // namespace detail
 
 inline void flush_deferred() {

@@ -35,8 +35,13 @@ decltype(auto) dispatch_to(const char* op, const Device& device, Cpu&& cpu, Cuda
   const profiler::detail::Scope timed(op, device.is_cuda() ? device.index : -1);  // core/profiler.h
   if (device.is_cuda()) {
     if constexpr (kHasCuda) {
-      if constexpr (kFlush) flush_deferred();
-      return std::forward<Cuda>(cuda)();
+      if constexpr (kFlush) {
+        flush_deferred();
+        const detail::InsideDispatch inside;  // ops inside the body launch at once
+        return std::forward<Cuda>(cuda)();
+      } else {
+        return std::forward<Cuda>(cuda)();
+      }
     } else {
       built_without_cuda(op);
     }

@@ -51,7 +51,7 @@ int Recorder::result_of(const Tensor& t) const {
 }
 
 bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out) {
-  if (flushing_ || !out.is_cuda() || out.numel() == 0) return false;
+  if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || out.numel() == 0) return false;
   for (const Tensor* t : inputs) {
     if (!t->defined() || t->device() != out.device()) return false;
   }
