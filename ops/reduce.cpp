@@ -17,6 +17,7 @@
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/view.h"
 
 namespace nabla {
@@ -89,9 +90,17 @@ Tensor run_reduce(ReduceOp op, const Tensor& x, const Shape& dims, bool keepdim,
     out.result.fill_(nan ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return out.result;
   }
-  ops::dispatch(
+  // A compiled step records a sum or mean of a held pointwise result, to run in the kernel
+  // computing it (Note [Fused reductions] in ops/fusion/plan.cpp); the rest runs now.
+  nabla::dispatch_pointwise(
       "reduce", x, [&] { ops::cpu::reduce(op, x, dims, out.keep, params); },
-      [&] { ops::cuda::reduce(op, x, dims, out.keep, params); });
+      [&] {
+        const bool sum_or_mean = op == ReduceOp::Sum || op == ReduceOp::Mean;
+        if (sum_or_mean && ops::fusion::record_reduce(x, dims, op == ReduceOp::Mean, out.result)) return;
+        flush_deferred();
+        const nabla::detail::InsideDispatch inside;
+        ops::cuda::reduce(op, x, dims, out.keep, params);
+      });
   return out.result;
 }
 

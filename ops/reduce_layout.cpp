@@ -34,17 +34,32 @@ struct Run {
   int64_t size;
 };
 
-std::vector<Run> runs_of(const Tensor& t, const std::vector<int64_t>& order,
+std::vector<Run> runs_of(const Shape& sizes, const std::vector<int64_t>& order,
                          const std::vector<bool>& reduced) {
   std::vector<Run> runs;
   for (int64_t d : order) {
     if (runs.empty() || runs.back().reduced != reduced[d]) {
-      runs.push_back({reduced[d], t.size(d)});
+      runs.push_back({reduced[d], sizes[d]});
     } else {
-      runs.back().size *= t.size(d);
+      runs.back().size *= sizes[d];
     }
   }
   return runs;
+}
+std::vector<Run> runs_of(const Tensor& t, const std::vector<int64_t>& order,
+                         const std::vector<bool>& reduced) {
+  return runs_of(t.sizes(), order, reduced);
+}
+
+// Places the runs into the (A, O, B, I) block (they fit it).
+void place_runs(const std::vector<Run>& runs, ReduceLayout& layout) {
+  const auto reduced_runs = std::count_if(runs.begin(), runs.end(), [](const Run& r) { return r.reduced; });
+  size_t k = 0;
+  if (reduced_runs == 2) layout.a = runs[k++].size;  // the pattern starts R K R
+  if (k < runs.size() && !runs[k].reduced) layout.o = runs[k++].size;
+  if (k < runs.size() && runs[k].reduced) layout.b = runs[k++].size;
+  if (k < runs.size() && !runs[k].reduced) layout.i = runs[k++].size;
+  NABLA_ASSERT(k == runs.size(), "reduction layout: {} runs left unplaced", runs.size() - k);
 }
 
 bool fits(const std::vector<Run>& runs, ReduceBlock block) {
@@ -90,14 +105,20 @@ ReduceLayout plan_reduce_layout(const Tensor& x, const std::vector<bool>& reduce
     order = memory_order(layout.input);
     runs = runs_of(layout.input, order, reduced);
   }
-  const auto reduced_runs = std::count_if(runs.begin(), runs.end(), [](const Run& r) { return r.reduced; });
-  size_t k = 0;
-  if (reduced_runs == 2) layout.a = runs[k++].size;  // the pattern starts R K R
-  if (k < runs.size() && !runs[k].reduced) layout.o = runs[k++].size;
-  if (k < runs.size() && runs[k].reduced) layout.b = runs[k++].size;
-  if (k < runs.size() && !runs[k].reduced) layout.i = runs[k++].size;
-  NABLA_ASSERT(k == runs.size(), "reduction layout: {} runs left unplaced", runs.size() - k);
+  place_runs(runs, layout);
   layout.out_strides = reduced_output_strides(x.sizes(), order, reduced);
+  return layout;
+}
+
+std::optional<ReduceLayout> plan_reduce_layout_in_place(const Shape& sizes, const Shape& strides,
+                                                        const std::vector<bool>& reduced, ReduceBlock block) {
+  if (!is_non_overlapping_and_dense(sizes, strides)) return std::nullopt;
+  const std::vector<int64_t> order = memory_order(sizes, strides);
+  const std::vector<Run> runs = runs_of(sizes, order, reduced);
+  if (!fits(runs, block)) return std::nullopt;
+  ReduceLayout layout;
+  place_runs(runs, layout);
+  layout.out_strides = reduced_output_strides(sizes, order, reduced);
   return layout;
 }
 

@@ -101,14 +101,16 @@ IterationPlan<N> plan_iteration(const std::array<const Tensor*, N>& operands) {
 
 // Dims of t of size > 1, largest stride first (t's memory order; reductions use it to read any
 // layout, channels_last included, in place).
-inline std::vector<int64_t> memory_order(const Tensor& t) {
+inline std::vector<int64_t> memory_order(const Shape& sizes, const Shape& strides) {
   std::vector<int64_t> order;
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) != 1) order.push_back(d);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] != 1) order.push_back(static_cast<int64_t>(d));
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
   return order;
+}
+inline std::vector<int64_t> memory_order(const Tensor& t) {
+  return memory_order(t.sizes(), t.strides());
 }
 
 // Dense strides for `sizes` whose memory order is `order` (a permutation of the dims of size > 1).

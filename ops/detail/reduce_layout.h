@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "nabla/core/tensor.h"
@@ -42,6 +43,11 @@ struct ReduceLayout {
 std::vector<bool> reduced_mask(int64_t ndim, const Shape& dims);
 
 ReduceLayout plan_reduce_layout(const Tensor& x, const std::vector<bool>& reduced, ReduceBlock block);
+// The layout of an input of these sizes and strides when it is read in place, without a copy
+// (the step compiler's fused reductions, which have no input tensor to copy): nullopt when it is
+// not dense or its runs do not fit the block. `input` stays undefined.
+std::optional<ReduceLayout> plan_reduce_layout_in_place(const Shape& sizes, const Shape& strides,
+                                                        const std::vector<bool>& reduced, ReduceBlock block);
 
 // Softmax along `dim`: one reduced dim, so (1, O, R, I) over x's own memory when x is dense.
 ReduceLayout plan_softmax_layout(const Tensor& x, int64_t dim);

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -68,6 +69,9 @@ class Writer {
   KernelSource write();
 
  private:
+  KernelSource write_reduction();
+  std::vector<std::string> compute_lines(const std::vector<int>& ops) const;
+  void check_index32(KernelSource& kernel) const;
   bool dense(size_t operand) const;
   std::string offset_of(size_t operand) const;
   std::string expression(const Op& op) const;
@@ -76,8 +80,41 @@ class Writer {
   const Region& region_;
   const Group& group_;
   CoalescedDims dims_;
+  size_t shift_ = 0;         // dims_.strides[operand + shift_] are the operand's
+  std::string index_ = "i";  // the variable holding the offset of a dense operand
   std::string index_type_;
 };
+
+// The ops, one line each, reading and defining v<value>.
+std::vector<std::string> Writer::compute_lines(const std::vector<int>& ops) const {
+  std::vector<std::string> compute;
+  for (int o : ops) {
+    const Op& op = region_.op(o);
+    const Value& out = region_.value(op.result);
+    std::string s = fmt::format("{} v{} = {};", compute_type_name(out.dtype), op.result, expression(op));
+    if (read_inside(op.result)) {
+      if (out.dtype == kFloat16 || out.dtype == kBFloat16) {
+        s += fmt::format("  v{} = rnd_{}(v{});", op.result, type_suffix(out.dtype), op.result);
+      }
+    }
+    compute.push_back(std::move(s));
+  }
+  return compute;
+}
+
+// Whether every offset of the iteration fits 32 bits (then the index is unsigned).
+void Writer::check_index32(KernelSource& kernel) const {
+  constexpr int64_t kLimit = int64_t{1} << 31;
+  kernel.index32 = kernel.numel < kLimit;
+  for (const auto& strides : dims_.strides) {
+    int64_t furthest = 0;
+    for (size_t d = 0; d < dims_.sizes.size(); ++d) {
+      if (strides[d] < 0) kernel.index32 = false;
+      furthest += (dims_.sizes[d] - 1) * std::abs(strides[d]);
+    }
+    if (furthest >= kLimit) kernel.index32 = false;
+  }
+}
 
 bool Writer::read_inside(int value) const {
   for (int o : group_.ops) {
@@ -92,7 +129,7 @@ bool Writer::read_inside(int value) const {
 bool Writer::dense(size_t operand) const {
   int64_t expected = 1;
   for (size_t d = dims_.sizes.size(); d-- > 0;) {
-    if (dims_.sizes[d] != 1 && dims_.strides[operand][d] != expected) return false;
+    if (dims_.sizes[d] != 1 && dims_.strides[operand + shift_][d] != expected) return false;
     expected *= dims_.sizes[d];
   }
   return true;
@@ -101,8 +138,8 @@ bool Writer::dense(size_t operand) const {
 // The operand's element offset: the index itself where dense, else from the coordinates c0
 // (outermost) .. c{n-1}.
 std::string Writer::offset_of(size_t operand) const {
-  if (dense(operand)) return "i";
-  const auto& strides = dims_.strides[operand];
+  if (dense(operand)) return index_;
+  const auto& strides = dims_.strides[operand + shift_];
   std::string s;
   for (size_t d = 0; d < dims_.sizes.size(); ++d) {
     const int64_t st = strides[d];
@@ -139,6 +176,8 @@ std::string Writer::expression(const Op& op) const {
     }
     case OpKind::Where:
       return fmt::format("{} ? {} : {}", arg(0), arg(1), arg(2));
+    case OpKind::Reduce:
+      break;  // the reduction kernel's own fold, not an expression
     case OpKind::Cast: {
       const DType from = region_.value(op.args[0]).dtype;
       if (out.dtype == kBool && from != kBool) {
@@ -153,6 +192,7 @@ std::string Writer::expression(const Op& op) const {
 KernelSource Writer::write() {
   NABLA_ASSERT(group_.fused && !group_.outputs.empty(),
                "fusion codegen: group is not a fused group with outputs");
+  if (group_.reduce >= 0) return write_reduction();
   KernelSource kernel;
   kernel.operands = group_.outputs;
   kernel.operands.insert(kernel.operands.end(), group_.inputs.begin(), group_.inputs.end());
@@ -163,16 +203,7 @@ KernelSource Writer::write() {
   for (int v : kernel.operands) layout.push_back({region_.value(v).sizes, region_.value(v).strides, 1});
   dims_ = coalesce_dims(group_.sizes, layout);
 
-  constexpr int64_t kLimit = int64_t{1} << 31;
-  kernel.index32 = kernel.numel < kLimit;
-  for (const auto& strides : dims_.strides) {
-    int64_t furthest = 0;
-    for (size_t d = 0; d < dims_.sizes.size(); ++d) {
-      if (strides[d] < 0) kernel.index32 = false;
-      furthest += (dims_.sizes[d] - 1) * std::abs(strides[d]);
-    }
-    if (furthest >= kLimit) kernel.index32 = false;
-  }
+  check_index32(kernel);
   index_type_ = kernel.index32 ? "unsigned" : "long long";
   const char* suffix = kernel.index32 ? "u" : "ll";
 
@@ -186,19 +217,7 @@ KernelSource Writer::write() {
     const Value& v = region_.value(kernel.operands[k]);
     return fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, offset, kernel.operands[k]);
   };
-  // The ops, one line each, reading and defining v<value>.
-  std::vector<std::string> compute;
-  for (int o : group_.ops) {
-    const Op& op = region_.op(o);
-    const Value& out = region_.value(op.result);
-    std::string s = fmt::format("{} v{} = {};", compute_type_name(out.dtype), op.result, expression(op));
-    if (read_inside(op.result)) {
-      if (out.dtype == kFloat16 || out.dtype == kBFloat16) {
-        s += fmt::format("  v{} = rnd_{}(v{});", op.result, type_suffix(out.dtype), op.result);
-      }
-    }
-    compute.push_back(std::move(s));
-  }
+  const std::vector<std::string> compute = compute_lines(group_.ops);
 
   std::string text;
   const auto line = [&text](int indent, const std::string& s) {
@@ -306,6 +325,158 @@ KernelSource Writer::write() {
       header + fmt::format("#include \"{}\"\n\n", kPreludeName) +
       fmt::format("extern \"C\" __global__ void __launch_bounds__({}) {}", kFusedBlockSize, kernel.name) +
       kernel_text;
+  return kernel;
+}
+
+// Note [Generated reductions]: a group ending in a reduction (Note [Fused reductions] in
+// plan.cpp) becomes the eager reduction kernels' bodies (ops/cuda/reduce/fold.cuh) instantiated
+// with a Source that computes the reduced element from the group's pointwise ops instead of
+// loading it, and stores the group's other outputs on the way, and a Fold that is the eager
+// SumOp. The launch is planned as the eager one is (plan_launch), and the Source counts 16-byte
+// boundaries as the intermediate's fresh buffer would have them, so each output adds the same
+// elements in the same order as the eager ops: the same bits. Element e of the iteration is at
+// offset e of the reduced input in its memory order (the input is dense in that order; other
+// operands are addressed through the coordinates, or by e where they share the layout).
+KernelSource Writer::write_reduction() {
+  const Op& reduction = region_.op(group_.reduce);
+  const int input = reduction.args.at(0), result = reduction.result;
+  const Value& in = region_.value(input);
+  const std::optional<ReduceLayout> layout = reduce_layout(region_, reduction);
+  NABLA_ASSERT(layout.has_value(), "fusion codegen: {} cannot be read in place",
+               describe(region_, reduction));
+
+  KernelSource kernel;
+  kernel.kind = layout->i == 1 ? KernelKind::ReduceRows : KernelKind::ReduceColumns;
+  kernel.operands = group_.outputs;
+  kernel.operands.insert(kernel.operands.end(), group_.inputs.begin(), group_.inputs.end());
+  kernel.numel = numel_of(group_.sizes);
+  kernel.a = layout->a;
+  kernel.o = layout->o;
+  kernel.b = layout->b;
+  kernel.i = layout->i;
+  kernel.vector = static_cast<int>(16 / itemsize(in.dtype));
+  const char* c = compute_type_name(in.dtype);
+  kernel.acc_bytes = in.dtype == kFloat64 ? 8 : 4;
+
+  // The iteration in the input's memory order: the input first, so its strides order the dims.
+  std::vector<IterationOperand> iteration;
+  iteration.reserve(kernel.operands.size() + 1);
+  iteration.push_back({in.sizes, in.strides, 1});
+  for (int v : kernel.operands) {
+    const Value& value = region_.value(v == result ? input : v);
+    iteration.push_back({value.sizes, value.strides, 1});
+  }
+  dims_ = coalesce_dims(group_.sizes, iteration);
+  shift_ = 1;
+  index_ = "e";
+  check_index32(kernel);
+  index_type_ = kernel.index32 ? "unsigned" : "long long";
+  const char* suffix = kernel.index32 ? "u" : "ll";
+
+  std::vector<int> prologue;
+  for (int o : group_.ops) {
+    if (o != group_.reduce) prologue.push_back(o);
+  }
+  const std::vector<std::string> compute = compute_lines(prologue);
+
+  std::string text;
+  const auto line = [&text](int indent, const std::string& s) {
+    text.append(static_cast<size_t>(indent), ' ');
+    text += s;
+    text += '\n';
+  };
+  const size_t nd = dims_.sizes.size();
+  std::vector<std::string> offsets;
+  bool coordinates = false;
+  for (size_t k = 0; k < kernel.operands.size(); ++k) {
+    offsets.push_back(kernel.operands[k] == result ? "" : offset_of(k));
+    coordinates = coordinates || (!offsets.back().empty() && offsets.back() != "e" && offsets.back() != "0");
+  }
+  const int y = static_cast<int>(std::find(kernel.operands.begin(), kernel.operands.end(), result) -
+                                 kernel.operands.begin());
+  const size_t n_out = group_.outputs.size();
+  const int V = kernel.vector;
+
+  line(0, "struct Source {");
+  line(2, fmt::format("using Value = {};", c));
+  line(2, fmt::format("static constexpr int kVector = {};", V));
+  line(2, fmt::format("Pointers<{}> p;", kernel.operands.size()));
+  line(2, fmt::format(
+              "__device__ long long to_boundary(long long e) const {{ return ({0} - e % {0}) % {0}; }}", V));
+  line(2, fmt::format("__device__ __forceinline__ {} operator()(long long e_) const {{", c));
+  line(4, fmt::format("const {0} e = static_cast<{0}>(e_);", index_type_));
+  if (coordinates) {
+    line(4, fmt::format("{} r = e;", index_type_));
+    for (size_t d = nd; d-- > 0;) {
+      if (d == 0) {
+        line(4, fmt::format("const {} c0 = r;", index_type_));
+      } else {
+        line(4, fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d],
+                            suffix));
+      }
+    }
+  }
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+    const Value& v = region_.value(kernel.operands[k]);
+    line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
+                        type_suffix(v.dtype), k, offsets[k]));
+  }
+  for (const std::string& op : compute) line(4, op);
+  for (size_t k = 0; k < n_out; ++k) {
+    if (kernel.operands[k] == result) continue;
+    line(4, fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
+                        offsets[k], kernel.operands[k]));
+  }
+  line(4, fmt::format("return v{};", input));
+  line(2, "}");
+  line(2, fmt::format("__device__ void load_vector(long long e, {} (&v)[{}]) const {{", c, V));
+  line(4, "#pragma unroll");
+  line(4, fmt::format("for (int j = 0; j < {}; ++j) v[j] = (*this)(e + j);", V));
+  line(2, "}");
+  line(0, "};");
+  line(0, "");
+  // The eager SumOp (reduce/sum.cu): a float accumulator for float32 and the 16-bit floats.
+  const int64_t divisor = reduction.mean ? layout->reduce_size() : 1;
+  line(0, "struct Fold {");
+  line(2, fmt::format("using In = {};", c));
+  line(2, fmt::format("using Acc = {};", c));
+  line(2, fmt::format("Pointers<{}> p;", kernel.operands.size()));
+  line(2, fmt::format("__device__ {0} init() const {{ return {0}(0); }}", c));
+  line(2, fmt::format("__device__ void update({0}& a, {0} v, long long) const {{ a += v; }}", c));
+  line(2, fmt::format("__device__ {0} combine({0} a, {0} b) const {{ return a + b; }}", c));
+  line(2, fmt::format("__device__ void write(long long k, {} a) const {{ st_{}(p.p[{}], k, a / "
+                      "static_cast<{}>({}LL)); }}",
+                      c, type_suffix(region_.value(result).dtype), y, c, divisor));
+  line(0, "};");
+  line(0, "");
+  const bool rows = kernel.kind == KernelKind::ReduceRows;
+  line(0, fmt::format("extern \"C\" __global__ void __launch_bounds__({}) NABLA_KERNEL(Pointers<{}> p, "
+                      "nabla::ops::cuda::reduction::Geometry g, {}* partial) {{",
+                      rows ? 512 : 256, kernel.operands.size(), c));
+  line(2, fmt::format("nabla::ops::cuda::reduction::{}(Fold{{p}}, Source{{p}}, g, partial);",
+                      rows ? "reduce_rows" : "reduce_columns"));
+  line(0, "}");
+  line(0, fmt::format(
+              "extern \"C\" __global__ void __launch_bounds__(256) NABLA_KERNEL_partials(Pointers<{}> p, "
+              "const {}* partial, long long outputs, long long splits) {{",
+              kernel.operands.size(), c));
+  line(2, "nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);");
+  line(0, "}");
+
+  kernel.name = fmt::format("nabla_fused_{:016x}", fnv1a(text));
+  std::string body = text;
+  for (size_t at = body.find("NABLA_KERNEL"); at != std::string::npos; at = body.find("NABLA_KERNEL", at)) {
+    body.replace(at, std::string("NABLA_KERNEL").size(), kernel.name);
+  }
+  std::string header = fmt::format(
+      "// Generated by nabla's step compiler (ops/fusion/codegen.cpp): {} ops over {}, "
+      "reduced as (A, O, B, I) = ({}, {}, {}, {}).\n",
+      group_.ops.size(), shape_str(group_.sizes), kernel.a, kernel.o, kernel.b, kernel.i);
+  for (int o : group_.ops) header += "//   " + describe(region_, region_.op(o)) + "\n";
+  kernel.source = header +
+                  fmt::format("#include \"{}\"\n#include \"{}\"\n\nusing namespace nabla_fusion;\n\n",
+                              kPreludeName, kFoldName) +
+                  body;
   return kernel;
 }
 

@@ -36,6 +36,8 @@ std::string region_key(const Region& region) {
     put(key, op.params.a);
     put(key, op.params.b);
     put(key, op.alpha);
+    put(key, static_cast<int64_t>(op.dims.size()) * 2 + (op.mean ? 1 : 0));
+    for (int64_t d : op.dims) put(key, d);
     put(key, static_cast<int64_t>(op.args.size()));
     for (int a : op.args) put(key, static_cast<int64_t>(a));
   }

@@ -11,6 +11,7 @@ namespace {
 struct Building {
   Group group;
   bool joinable = true;  // false: an op the compiler cannot fuse, alone
+  bool closed = false;   // a reduction ended it: nothing joins it any more
 };
 
 // Which ops something reads: a result live out of the region, or an argument of a live op.
@@ -42,22 +43,37 @@ Plan plan_groups(const Region& region) {
     const Op& op = ops[o];
     int bound = 0;  // the earliest group it may join: none before a group it reads from
     for (int a : op.args) bound = std::max(bound, group_of[static_cast<size_t>(a)]);
-    const Shape& sizes = region.value(op.result).sizes;
+    const bool reduction = op.kind == OpKind::Reduce;
+    const Shape& sizes = region.value(reduction ? op.args[0] : op.result).sizes;
     int chosen = -1;
-    if (fusible(region, op)) {
+    if (reduction) {
+      // Note [Fused reductions]: a reduction runs in the kernel computing its input, each of
+      // whose elements that kernel then visits once, in the reduction's order; the group's other
+      // ops ride along. It is the group's last op: nothing can read its result in the same pass.
+      const int g = group_of[static_cast<size_t>(op.args[0])];
+      if (g >= 0 && fusible(region, op) && reduce_layout(region, op) &&
+          building[static_cast<size_t>(g)].joinable && !building[static_cast<size_t>(g)].closed) {
+        chosen = g;
+      }
+    } else if (fusible(region, op)) {
       for (int g = static_cast<int>(building.size()) - 1; g >= bound; --g) {
-        if (building[static_cast<size_t>(g)].joinable &&
-            building[static_cast<size_t>(g)].group.sizes == sizes) {
+        const Building& b = building[static_cast<size_t>(g)];
+        if (b.joinable && !b.closed && b.group.sizes == sizes) {
           chosen = g;
           break;
         }
       }
     }
     if (chosen < 0) {
-      building.push_back({.group = {.sizes = sizes}, .joinable = fusible(region, op)});
+      building.push_back({.group = {.sizes = sizes}, .joinable = !reduction && fusible(region, op)});
       chosen = static_cast<int>(building.size()) - 1;
     }
-    building[static_cast<size_t>(chosen)].group.ops.push_back(static_cast<int>(o));
+    Building& target = building[static_cast<size_t>(chosen)];
+    target.group.ops.push_back(static_cast<int>(o));
+    if (reduction) {
+      target.group.reduce = static_cast<int>(o);
+      target.closed = true;
+    }
     group_of[static_cast<size_t>(op.result)] = chosen;
   }
 
@@ -100,9 +116,10 @@ std::string dump(const Plan& plan) {
   std::string s;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const Group& group = plan.groups[g];
-    s += fmt::format("group {} {} {}: ops{}, in{}, out{}\n", g, group.fused ? "fused" : "eager",
+    s += fmt::format("group {} {} {}: ops{}, in{}, out{}{}\n", g, group.fused ? "fused" : "eager",
                      shape_str(group.sizes), list(group.ops, ""), list(group.inputs, "%"),
-                     list(group.outputs, "%"));
+                     list(group.outputs, "%"),
+                     group.reduce >= 0 ? fmt::format(", reduce {}", group.reduce) : "");
   }
   if (!plan.dead.empty()) s += fmt::format("dead:{}\n", list(plan.dead, ""));
   return s;

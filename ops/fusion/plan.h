@@ -10,7 +10,9 @@
 namespace nabla::ops::fusion {
 
 struct Group {
-  Shape sizes;               // the iteration: every op of the group has these result sizes
+  Shape sizes;               // the iteration: every op of the group has these result sizes, but
+                             // a reduction, whose input has them
+  int reduce = -1;           // the group's reduction (its last op), or -1: a pointwise group
   std::vector<int> ops;      // program order
   std::vector<int> inputs;   // values read from outside the group, in order of first use
   std::vector<int> outputs;  // values written: live out of the region, or read by a later group
@@ -25,7 +27,8 @@ struct Plan {
 
 // Groups the live ops of `region`. An op joins the latest group of its result's sizes that
 // comes no earlier than any group it reads from, so groups stay in dependency order; an op the
-// compiler cannot fuse is a group of its own.
+// compiler cannot fuse is a group of its own. A reduction joins the group computing its input,
+// which it closes (Note [Fused reductions] in plan.cpp).
 Plan plan_groups(const Region& region);
 
 // "group 0 fused [8, 64]: ops 0 1 2, in %0 %1, out %4", one line per group, for golden tests.

@@ -132,6 +132,16 @@ bool Recorder::cast(const Tensor& src, const Tensor& out) {
   return true;
 }
 
+bool Recorder::reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out) {
+  // Only a reduction of a held result gains: its input is then never written.
+  if (result_of(x) < 0) return false;
+  const int v = result_of(x);
+  if (!reduce_layout(region_.value(v), dims, out.sizes(), out.strides())) return false;
+  if (!accepts({&x}, out) || result_of(x) != v) return false;  // accepts may have flushed
+  add({.kind = OpKind::Reduce, .dims = dims, .mean = mean, .args = {v}}, out);
+  return true;
+}
+
 void Recorder::flush() {
   if (flushing_ || region_.empty()) return;
   flushing_ = true;
@@ -175,12 +185,18 @@ void Recorder::flush() {
   ++stats_.flushes;
   stats_.fused_kernels += counts.fused_kernels;
   stats_.fused_ops += counts.fused_ops;
+  stats_.fused_reductions += counts.fused_reductions;
   stats_.eager_ops += counts.eager_ops;
   stats_.fallbacks += counts.fallbacks;
   stats_.dead_ops += static_cast<int>(plan.dead.size());
   stats_.compiled += counts.compiled;
   stats_.from_disk += counts.from_disk;
   stats_.compile_s += counts.compile_s;
+}
+
+bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out) {
+  Recorder* r = t_recorder;
+  return r != nullptr && r->reduce(x, dims, mean, out);
 }
 
 Recorder* active_recorder() {

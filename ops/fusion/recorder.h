@@ -28,6 +28,9 @@ class Recorder final : public DeferredLaunches {
   bool binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
   bool where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
   bool cast(const Tensor& src, const Tensor& out);
+  // The sum or mean of a held result over `dims` (ascending), into the front end's fresh
+  // contiguous `out`, where a fused kernel can read it in place (fusion::reduce_layout).
+  bool reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
 
   // Plans what is held (a result someone still holds is live out), runs it, and forgets it.
   void flush() override;
@@ -66,5 +69,6 @@ bool record_unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams pa
 bool record_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
 bool record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 bool record_cast(const Tensor& src, const Tensor& out);
+bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
 
 }  // namespace nabla::ops::fusion

@@ -1,5 +1,7 @@
 #include "nabla/ops/fusion/region.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "nabla/core/error.h"
@@ -62,6 +64,21 @@ int Region::cast(int x, DType dtype) {
   return add({.kind = OpKind::Cast, .args = {x}}, dtype, value(x).sizes);
 }
 
+int Region::reduce(int x, Shape dims, bool keepdim, bool mean) {
+  const Value& v = value(x);
+  Shape sizes;
+  for (size_t d = 0; d < v.sizes.size(); ++d) {
+    const bool reduced = std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
+    if (!reduced) {
+      sizes.push_back(v.sizes[d]);
+    } else if (keepdim) {
+      sizes.push_back(1);
+    }
+  }
+  return add({.kind = OpKind::Reduce, .dims = std::move(dims), .mean = mean, .args = {x}}, v.dtype,
+             std::move(sizes));
+}
+
 void Region::clear() {
   values_.clear();
   ops_.clear();
@@ -95,6 +112,8 @@ bool fusible(const Region& region, const Op& op) {
       return arg(0).dtype == kBool && arg(1).dtype == out.dtype && arg(2).dtype == out.dtype;
     case OpKind::Cast:
       return true;
+    case OpKind::Reduce:
+      return is_floating(arg(0).dtype) && out.dtype == arg(0).dtype;
   }
   return false;
 }
@@ -114,11 +133,49 @@ std::string describe(const Region& region, const Op& op) {
     case OpKind::Cast:
       what = "cast";
       break;
+    case OpKind::Reduce:
+      what = op.mean ? "mean" : "sum";
+      break;
   }
   std::string args;
   for (int a : op.args) args += fmt::format("{}%{}", args.empty() ? "" : ", ", a);
+  if (op.kind == OpKind::Reduce) args += fmt::format(", dims {}", shape_str(op.dims));
   const Value& out = region.value(op.result);
   return fmt::format("%{} = {}({}) {}{}", op.result, what, args, dtype_name(out.dtype), shape_str(out.sizes));
+}
+
+std::optional<ReduceLayout> reduce_layout(const Value& in, const Shape& dims, const Shape& out_sizes,
+                                          const Shape& out_strides) {
+  const auto nd = static_cast<int64_t>(in.sizes.size());
+  if (!is_floating(in.dtype) || nd == 0 || dims.empty()) return std::nullopt;
+  const std::vector<bool> reduced = reduced_mask(nd, dims);
+  std::optional<ReduceLayout> layout =
+      plan_reduce_layout_in_place(in.sizes, in.strides, reduced, ReduceBlock::two_runs);
+  if (!layout || layout->reduce_size() == 0 || layout->outputs() == 0) return std::nullopt;
+  if (layout->a > 1 && layout->i == 1 && layout->b >= 128) return std::nullopt;  // two stages
+  // The result, contiguous over the kept dims (with or without the reduced ones as size 1),
+  // must be where the kernel writes output k: at k.
+  Shape kept_sizes;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (!reduced[static_cast<size_t>(d)]) kept_sizes.push_back(in.sizes[static_cast<size_t>(d)]);
+  }
+  if (out_sizes.size() != kept_sizes.size() && out_sizes.size() != in.sizes.size()) return std::nullopt;
+  if (out_strides != contiguous_strides(out_sizes)) return std::nullopt;
+  const Shape kept_strides = contiguous_strides(kept_sizes);
+  size_t k = 0;
+  for (int64_t d = 0; d < nd; ++d) {
+    if (reduced[static_cast<size_t>(d)]) continue;
+    if (kept_sizes[k] != 1 && layout->out_strides[static_cast<size_t>(d)] != kept_strides[k])
+      return std::nullopt;
+    ++k;
+  }
+  return layout;
+}
+
+std::optional<ReduceLayout> reduce_layout(const Region& region, const Op& op) {
+  if (op.kind != OpKind::Reduce) return std::nullopt;
+  const Value& out = region.value(op.result);
+  return reduce_layout(region.value(op.args.at(0)), op.dims, out.sizes, out.strides);
 }
 
 std::string Region::dump() const {

@@ -9,12 +9,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "nabla/core/dtype.h"
 #include "nabla/core/shape.h"
 #include "nabla/ops/detail/op_enums.h"
+#include "nabla/ops/detail/reduce_layout.h"
 
 namespace nabla::ops::fusion {
 
@@ -31,6 +33,8 @@ enum class OpKind : uint8_t {
   Binary,  // binary(args[0], args[1]) with alpha
   Where,   // args[0] ? args[1] : args[2]
   Cast,    // args[0] converted to the result's dtype
+  Reduce,  // the sum (or mean) of args[0] over `dims`; the result is dense over the kept dims,
+           // in args[0]'s memory order (Note [Fused reductions] in ops/fusion/plan.cpp)
 };
 
 struct Op {
@@ -39,6 +43,8 @@ struct Op {
   BinaryOp binary = BinaryOp::Count;
   UnaryParams params{};
   double alpha = 1.0;
+  Shape dims;         // Reduce: the reduced dims of args[0], ascending
+  bool mean = false;  // Reduce: divide by the number of reduced elements
   std::vector<int> args;
   int result = -1;
 };
@@ -55,6 +61,9 @@ class Region {
   int binary(BinaryOp op, int a, int b, double alpha = 1.0);
   int where(int cond, int a, int b);
   int cast(int x, DType dtype);
+  // The sum or mean of x over `dims` (ascending), as ops/reduce.cpp allocates it: contiguous,
+  // with the reduced dims kept as size 1 or dropped.
+  int reduce(int x, Shape dims, bool keepdim, bool mean);
 
   void mark_live_out(int value) { values_.at(static_cast<size_t>(value)).live_out = true; }
 
@@ -80,5 +89,14 @@ const char* compute_type_name(DType dtype);
 // conditions), and the kinds a generated kernel can express. The rest run as recorded.
 bool fusible(const Region& region, const Op& op);
 std::string describe(const Region& region, const Op& op);
+
+// The (A, O, B, I) block (Note [Reduction layout]) a fused reduction of `in` over `dims` reads,
+// when it can read it in place and write a result laid out as `out_sizes`/`out_strides` (the
+// front end's fresh contiguous result, keepdim or not) directly: the input dense, its runs in the
+// block's form, the kept dims in the result's order, and not the two-stage NCHW per-channel
+// case. nullopt otherwise: that reduction runs as the eager kernel does.
+std::optional<ReduceLayout> reduce_layout(const Value& in, const Shape& dims, const Shape& out_sizes,
+                                          const Shape& out_strides);
+std::optional<ReduceLayout> reduce_layout(const Region& region, const Op& op);
 
 }  // namespace nabla::ops::fusion

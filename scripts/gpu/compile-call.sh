@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call for the step compiler (issue 43), with issue 45's before/after check riding along.
-# Carry up to three mini bundles (scripts/gpu/mini-bundle.sh):
+# Carry one or two mini bundles (scripts/gpu/mini-bundle.sh):
 #   build/gpu-extra/bundle.tar.xz  the new build: apps/nabla-bench and the test binaries
-#   build/gpu-45/bundle.tar.xz     (optional) apps/nabla-bench of issue 45's last commit
 #   build/gpu-base/bundle.tar.xz   (optional) apps/nabla-bench of the commit before issue 45
 # It finds NVRTC on the machine (the ld.so cache, else a pip wheel's copy) and puts it on
 # LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,llama,ab): tests = the fusion
@@ -10,7 +9,7 @@
 # fp16 (the model zoo's, and --plain) and GPT-2 graphed with NABLA_FUSION=1 and =0 (a fresh
 # kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed
 # and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
-# fp16/bf16 and GPT-2 from the base and issue-45 builds in turns. Logs under $OUT; a table last.
+# fp16/bf16 and GPT-2 from the base build and this one in turns. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -65,10 +64,19 @@ if has llama; then
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
 fi
 if has ab; then
-  base=$(unpack base) && i45=$(unpack 45) && for amp in fp16 bf16; do
-    rn50 "$base" "$amp" > "$out/ab_rn50_${amp}_base.log" 2>&1
-    rn50 "$i45" "$amp" > "$out/ab_rn50_${amp}_45.log" 2>&1
-  done && gpt "$base" > "$out/ab_gpt_base.log" 2>&1 && gpt "$i45" > "$out/ab_gpt_45.log" 2>&1
+  # Issue 45's before/after: the commit before it (build/gpu-base) against this build, in turns,
+  # ROUNDS times; this build's ResNet-50 fp16 also with the step compiler off.
+  if base=$(unpack base); then
+    for round in $(seq "${ROUNDS:-1}"); do
+      for amp in fp16 bf16; do
+        rn50 "$base" "$amp" > "$out/ab_rn50_${amp}_base_$round.log" 2>&1
+        rn50 "$x" "$amp" > "$out/ab_rn50_${amp}_new_$round.log" 2>&1
+      done
+      NABLA_FUSION=0 rn50 "$x" fp16 > "$out/ab_rn50_fp16_newunfused_$round.log" 2>&1
+      gpt "$base" > "$out/ab_gpt_base_$round.log" 2>&1
+      gpt "$x" > "$out/ab_gpt_new_$round.log" 2>&1
+    done
+  fi
 fi
 
 echo
@@ -91,3 +99,5 @@ for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
 done
 grep -h "step compiler" "$out"/*.log 2>/dev/null | head -6
+# Every log in one archive: a run leaves few files under $OUT.
+tar -czf /tmp/logs.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/logs.tgz "$out/logs.tgz"

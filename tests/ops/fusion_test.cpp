@@ -159,6 +159,77 @@ TEST(FusionPlan, FusesMixedFloatPairsMasksAndCastsButNotIntegers) {
   EXPECT_FALSE(plan_groups(ints).groups.at(0).fused);
 }
 
+// RMSNorm's forward as the plain LLaMA writes it: float32 statistics of a bfloat16 stream.
+struct RmsNorm {
+  Region r;
+  int x, w, xf, sq, ms, eps, rstd, n, nb, y;
+  RmsNorm() {
+    x = r.input(kBFloat16, {4, 16, 64});
+    w = r.input(kBFloat16, {64});
+    xf = r.cast(x, kFloat32);
+    sq = r.binary(BinaryOp::Mul, xf, xf);
+    ms = r.reduce(sq, {2}, /*keepdim=*/true, /*mean=*/true);
+    eps = r.unary(UnaryOp::AddScalar, ms, {.a = 1e-6});
+    rstd = r.unary(UnaryOp::Rsqrt, eps);
+    n = r.binary(BinaryOp::Mul, xf, rstd);
+    nb = r.cast(n, kBFloat16);
+    y = r.binary(BinaryOp::Mul, nb, w);
+    r.mark_live_out(rstd);
+    r.mark_live_out(y);
+  }
+};
+
+TEST(FusionPlan, AMeanRunsInTheKernelOfItsInputWhichItCloses) {
+  RmsNorm m;
+  const Plan plan = plan_groups(m.r);
+  // x*x is never written; the float32 copy of x is, for the normalization that reads it after
+  // the statistics (it cannot join the closed group).
+  EXPECT_EQ(dump(plan),
+            "group 0 fused [4, 16, 64]: ops 0 1 2, in %0, out %2 %4, reduce 2\n"
+            "group 1 fused [4, 16, 1]: ops 3 4, in %4, out %6\n"
+            "group 2 fused [4, 16, 64]: ops 5 6 7, in %2 %6 %1, out %9\n");
+  const auto layout = reduce_layout(m.r, m.r.op(2));
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->a, 1);
+  EXPECT_EQ(layout->o, 64);
+  EXPECT_EQ(layout->b, 64);
+  EXPECT_EQ(layout->i, 1);
+}
+
+TEST(FusionPlan, ReductionsOfInputsOrOfPerChannelStatisticsRunAsTheEagerKernel) {
+  Region r;
+  const int x = r.input(kFloat32, {8, 4, 16, 16});
+  const int direct = r.reduce(x, {1}, /*keepdim=*/false, /*mean=*/false);  // nothing to fuse into
+  const int sq = r.binary(BinaryOp::Mul, x, x);
+  // NCHW per-channel: (A, O, B, I) = (8, 4, 256, 1), which the eager kernel reduces in two stages.
+  const int stats = r.reduce(sq, {0, 2, 3}, /*keepdim=*/true, /*mean=*/true);
+  r.mark_live_out(direct);
+  r.mark_live_out(stats);
+  EXPECT_FALSE(reduce_layout(r, r.op(2)).has_value());
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 3u) << dump(plan);
+  EXPECT_FALSE(plan.groups[0].fused);
+  EXPECT_FALSE(plan.groups[1].fused);  // the product, alone once the mean cannot join it
+  EXPECT_FALSE(plan.groups[2].fused);
+  EXPECT_EQ(plan.groups[1].outputs, list({sq}));
+}
+
+TEST(FusionPlan, AColumnSumOfAWeightsGradientIsFused) {
+  // sum_to(g * xhat, [1, 1, 32]) as autograd writes a broadcast weight's gradient.
+  Region r;
+  const int g = r.input(kFloat32, {8, 16, 32});
+  const int xhat = r.input(kFloat32, {8, 16, 32});
+  const int prod = r.binary(BinaryOp::Mul, g, xhat);
+  const int dw = r.reduce(prod, {0, 1}, /*keepdim=*/true, /*mean=*/false);
+  r.mark_live_out(dw);
+  const Plan plan = plan_groups(r);
+  EXPECT_EQ(dump(plan), "group 0 fused [8, 16, 32]: ops 0 1, in %0 %1, out %3, reduce 1\n");
+  const auto layout = reduce_layout(r, r.op(1));
+  ASSERT_TRUE(layout.has_value());
+  EXPECT_EQ(layout->b, 128);
+  EXPECT_EQ(layout->i, 32);
+}
+
 TEST(FusionCodegen, BiasGeluMatchesItsGoldenFile) {
   BiasGelu m;
   const Plan plan = plan_groups(m.r);
@@ -211,6 +282,32 @@ TEST(FusionCodegen, MasksCastsAndNonFiniteScalarsMatchTheirGoldenFile) {
   expect_golden("mask_cast_f32.cu", k.source);
 }
 
+TEST(FusionCodegen, ARowReductionMatchesItsGoldenFile) {
+  RmsNorm m;
+  const Plan plan = plan_groups(m.r);
+  const KernelSource k = generate_kernel(m.r, plan.groups.at(0));
+  EXPECT_EQ(k.kind, KernelKind::ReduceRows);
+  EXPECT_EQ(k.operands, list({m.xf, m.ms, m.x}));
+  EXPECT_EQ(k.vector, 4);  // float32 squares: four per 16 bytes, as the eager kernel loads them
+  expect_golden("rms_mean_rows_bf16.cu", k.source);
+}
+
+TEST(FusionCodegen, AColumnReductionWithABroadcastOperandMatchesItsGoldenFile) {
+  // sum over (0, 1) of g * w * xhat in bfloat16, w broadcast along the rows.
+  Region r;
+  const int g = r.input(kBFloat16, {8, 16, 32});
+  const int w = r.input(kBFloat16, {32});
+  const int xhat = r.input(kBFloat16, {8, 16, 32});
+  const int gw = r.binary(BinaryOp::Mul, g, w);
+  const int prod = r.binary(BinaryOp::Mul, gw, xhat);
+  r.mark_live_out(gw);
+  r.mark_live_out(r.reduce(prod, {0, 1}, /*keepdim=*/true, /*mean=*/false));
+  const KernelSource k = generate_kernel(r, plan_groups(r).groups.at(0));
+  EXPECT_EQ(k.kind, KernelKind::ReduceColumns);
+  EXPECT_EQ(k.vector, 8);
+  expect_golden("weight_grad_columns_bf16.cu", k.source);
+}
+
 TEST(FusionCodegen, NamesFollowTheBodyAndLargeIterationsIndexIn64Bits) {
   const auto kernel_of = [](double scale, Shape sizes) {
     Region r;
@@ -247,6 +344,17 @@ TEST(FusionCompile, AnEqualRegionIsPlannedAndWrittenOnce) {
   EXPECT_NE(compile_region(region_of(true, 2.0)).get(), first.get()) << "another scalar";
   ASSERT_EQ(first->kernels.size(), 1u);
   EXPECT_EQ(first->kernels[0].source, generate_kernel(region_of(true, 1.0), first->plan.groups[0]).source);
+
+  const auto reduction_of = [](Shape dims, bool mean) {
+    Region r;
+    const int x = r.input(kFloat32, {4, 8, 16});
+    r.mark_live_out(r.reduce(r.unary(UnaryOp::Exp, x), std::move(dims), /*keepdim=*/true, mean));
+    return r;
+  };
+  const auto sum_1 = compile_region(reduction_of({1}, false));
+  EXPECT_EQ(compile_region(reduction_of({1}, false)).get(), sum_1.get());
+  EXPECT_NE(compile_region(reduction_of({1}, true)).get(), sum_1.get()) << "a mean, not a sum";
+  EXPECT_NE(compile_region(reduction_of({2}, false)).get(), sum_1.get()) << "other dims";
 }
 
 TEST(FusionScope, CpuOpsRunAsTheyAreAndTheEnvironmentTurnsItOff) {

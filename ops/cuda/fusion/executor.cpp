@@ -11,6 +11,7 @@
 #include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/cuda/fusion/kernels.h"
 #include "nabla/ops/cuda/fusion/nvrtc.h"
+#include "nabla/ops/cuda/reduce/kernels.h"
 #include "nabla/ops/fusion/codegen.h"
 
 namespace nabla::ops::cuda::fusion {
@@ -59,6 +60,16 @@ void run_eagerly(const Region& region, const Op& op, std::vector<Tensor>& t, Dev
     case OpKind::Cast:
       ops::cuda::copy(v(op.args[0]), v(op.result));
       return;
+    case OpKind::Reduce: {
+      // The kernel writes the keepdim shape; the result is contiguous (ops/reduce.cpp), so the
+      // reduced dims may be put back as size 1 with contiguous strides.
+      Shape keep = region.value(op.args[0]).sizes;
+      for (int64_t d : op.dims) keep[static_cast<size_t>(d)] = 1;
+      const Tensor out = v(op.result).as_strided(keep, contiguous_strides(keep));
+      ops::cuda::reduce(op.mean ? ops::cuda::ReduceOp::Mean : ops::cuda::ReduceOp::Sum, v(op.args[0]),
+                        op.dims, out);
+      return;
+    }
   }
   NABLA_ASSERT(false, "fusion executor: {} has no eager kernel", describe(region, op));
 }
@@ -88,6 +99,7 @@ RunCounts run_region(const Region& region, const ops::fusion::CompiledRegion& co
           launch_kernel(kernel, source, pointers);
           ++counts.fused_kernels;
           counts.fused_ops += static_cast<int>(group.ops.size());
+          counts.fused_reductions += group.reduce >= 0 ? 1 : 0;
           continue;
         } catch (const std::exception& e) {
           cause = e.what();

@@ -10,13 +10,14 @@
 namespace nabla::ops::cuda::fusion {
 
 struct RunCounts {
-  int fused_kernels = 0;  // generated kernels launched
-  int fused_ops = 0;      // ops they computed
-  int eager_ops = 0;      // ops run by their eager kernels
-  int fallbacks = 0;      // fused groups run op by op because their kernel could not be had
-  int compiled = 0;       // programs NVRTC compiled for this run
-  int from_disk = 0;      // programs the disk cache gave
-  double compile_s = 0;   // seconds in NVRTC
+  int fused_kernels = 0;     // generated kernels launched
+  int fused_ops = 0;         // ops they computed
+  int fused_reductions = 0;  // of which sums and means
+  int eager_ops = 0;         // ops run by their eager kernels
+  int fallbacks = 0;         // fused groups run op by op because their kernel could not be had
+  int compiled = 0;          // programs NVRTC compiled for this run
+  int from_disk = 0;         // programs the disk cache gave
+  double compile_s = 0;      // seconds in NVRTC
 };
 
 // tensors[v] is value v's tensor: every input, and for each result the buffer eager mode would

@@ -15,6 +15,8 @@
 #include "nabla/core/error.h"
 #include "nabla/core/logging.h"
 #include "nabla/ops/cuda/fusion/nvrtc.h"
+#include "nabla/ops/cuda/reduce/geometry.h"
+#include "nabla/ops/cuda/reduce/layout.h"
 #include "nabla/ops/fusion/kernel_cache.h"
 
 namespace nabla::ops::cuda::fusion {
@@ -45,24 +47,67 @@ uint64_t cache_key(const std::string& source, int arch) {
   return ops::fusion::fnv1a(fmt::format("sm_{} cudart {}", arch, CUDART_VERSION), h);
 }
 
-// Loads a CUBIN on the current device; nullopt (with the error cleared) when the driver rejects it.
-cudaKernel_t try_load(const std::string& cubin, const std::string& name, std::string* error) {
+// Loads a CUBIN on the current device and looks up its kernels; false (with the error cleared)
+// when the driver rejects it.
+bool try_load(const std::string& cubin, const ops::fusion::KernelSource& source, LoadedKernel* out,
+              std::string* error) {
   cudaLibrary_t library = nullptr;
   cudaError_t e = cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (e != cudaSuccess) {
     *error = cudaGetErrorString(e);
     (void)cudaGetLastError();
-    return nullptr;
+    return false;
   }
-  cudaKernel_t kernel = nullptr;
-  e = cudaLibraryGetKernel(&kernel, library, name.c_str());
+  cudaKernel_t kernel = nullptr, partials = nullptr;
+  e = cudaLibraryGetKernel(&kernel, library, source.name.c_str());
+  if (e == cudaSuccess && source.is_reduction()) {
+    e = cudaLibraryGetKernel(&partials, library, source.partials_name().c_str());
+  }
   if (e != cudaSuccess) {
     *error = cudaGetErrorString(e);
     (void)cudaGetLastError();
     (void)cudaLibraryUnload(library);
-    return nullptr;
+    return false;
   }
-  return kernel;  // the library stays loaded for the process, as its kernels may be in graphs
+  // The library stays loaded for the process, as its kernels may be in graphs.
+  out->handle = reinterpret_cast<void*>(kernel);
+  out->partials = reinterpret_cast<void*>(partials);
+  return true;
+}
+
+void launch_on(const LoadedKernel& kernel, void* handle, dim3 grid, dim3 block, void** args) {
+  int previous = 0;
+  NABLA_CUDA_CHECK(cudaGetDevice(&previous));
+  if (previous != kernel.device) NABLA_CUDA_CHECK(cudaSetDevice(kernel.device));
+  const auto stream = static_cast<cudaStream_t>(nabla::cuda::current_stream(kernel.device).handle());
+  const cudaError_t launched =
+      cudaLaunchKernel(static_cast<const void*>(handle), grid, block, args, 0, stream);
+  if (previous != kernel.device) NABLA_CUDA_CHECK(cudaSetDevice(previous));
+  NABLA_CUDA_CHECK(launched);
+}
+
+// A generated reduction: the launch the eager kernel would make for the same block.
+void launch_reduction(const LoadedKernel& kernel, const ops::fusion::KernelSource& source,
+                      std::vector<void*>& block) {
+  const reduction::LaunchShape shape =
+      reduction::plan_launch(source.a, source.o, source.b, source.i, sm_count(kernel.device), source.vector);
+  reduction::Geometry g = shape.g;
+  Tensor partial_buffer;  // freed after the launches; the caching allocator orders reuse on the stream
+  void* partial = nullptr;
+  if (g.splits > 1) {
+    partial_buffer = Tensor::empty({g.outputs * g.splits * source.acc_bytes},
+                                   {.dtype = kUInt8, .device = Device::cuda(kernel.device)});
+    partial = partial_buffer.data_ptr();
+  }
+  void* args[] = {block.data(), &g, &partial};
+  launch_on(kernel, kernel.handle, dim3(shape.grid_x, shape.grid_y), dim3(shape.block_x, shape.block_y),
+            args);
+  if (partial != nullptr) {
+    long long outputs = g.outputs, splits = g.splits;
+    void* fold_args[] = {block.data(), &partial, &outputs, &splits};
+    launch_on(kernel, kernel.partials, dim3(static_cast<unsigned>(reduction::ceil_div(g.outputs, 8))),
+              dim3(32, 8), fold_args);
+  }
 }
 
 }  // namespace
@@ -91,26 +136,26 @@ LoadedKernel load_kernel(const ops::fusion::KernelSource& source, int device, bo
 
   const ops::fusion::KernelCache cache(ops::fusion::default_kernel_cache_dir());
   std::string error;
-  cudaKernel_t kernel = nullptr;
+  LoadedKernel loaded{.device = device};
+  bool ok = false;
   if (auto cubin = cache.load(key)) {
-    kernel = try_load(*cubin, source.name, &error);
-    if (kernel != nullptr) {
+    ok = try_load(*cubin, source, &loaded, &error);
+    if (ok) {
       ++s.stats.from_disk;
     } else {
       NABLA_LOG_WARN("kernel cache: {} does not load on this driver ({}); compiling it again",
                      cache.path_of(key).string(), error);
     }
   }
-  if (kernel == nullptr) {
+  if (!ok) {
     const auto start = std::chrono::steady_clock::now();
     const std::string cubin = compile_to_cubin(source.source, arch);
     s.stats.compile_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++s.stats.compiled;
-    kernel = try_load(cubin, source.name, &error);
-    NABLA_CHECK(kernel != nullptr, "a kernel NVRTC compiled for sm_{} does not load: {}", arch, error);
+    ok = try_load(cubin, source, &loaded, &error);
+    NABLA_CHECK(ok, "a kernel NVRTC compiled for sm_{} does not load: {}", arch, error);
     cache.store(key, cubin);
   }
-  const LoadedKernel loaded{.handle = reinterpret_cast<void*>(kernel), .device = device};
   s.loaded.emplace(std::make_pair(key, device), loaded);
   return loaded;
 }
@@ -120,22 +165,19 @@ void launch_kernel(const LoadedKernel& kernel, const ops::fusion::KernelSource& 
   NABLA_ASSERT(pointers.size() == source.operands.size(), "fused kernel {}: {} pointers for {} operands",
                source.name, pointers.size(), source.operands.size());
   if (source.numel == 0) return;
-  // The kernel's one parameter is Pointers<K>: K pointers, passed by value.
+  // The kernel's first parameter is Pointers<K>: K pointers, passed by value.
   std::vector<void*> block(pointers.begin(), pointers.end());
+  if (source.is_reduction()) {
+    launch_reduction(kernel, source, block);
+    return;
+  }
   void* args[] = {block.data()};
   const int64_t per_block = ops::fusion::kFusedBlockSize;
   const int64_t per_launch_block = per_block * source.per_thread;
   const int64_t blocks =
       std::min<int64_t>((source.numel + per_launch_block - 1) / per_launch_block, int64_t{65535} * 8);
-  int previous = 0;
-  NABLA_CUDA_CHECK(cudaGetDevice(&previous));
-  if (previous != kernel.device) NABLA_CUDA_CHECK(cudaSetDevice(kernel.device));
-  const auto stream = static_cast<cudaStream_t>(nabla::cuda::current_stream(kernel.device).handle());
-  const cudaError_t launched =
-      cudaLaunchKernel(static_cast<const void*>(kernel.handle), dim3(static_cast<unsigned>(blocks)),
-                       dim3(static_cast<unsigned>(per_block)), args, 0, stream);
-  if (previous != kernel.device) NABLA_CUDA_CHECK(cudaSetDevice(previous));
-  NABLA_CUDA_CHECK(launched);
+  launch_on(kernel, kernel.handle, dim3(static_cast<unsigned>(blocks)),
+            dim3(static_cast<unsigned>(per_block)), args);
 }
 
 const LoadStats& load_stats() {

@@ -13,6 +13,7 @@ namespace nabla::ops::cuda::fusion {
 // A kernel loaded on one device (a cudaKernel_t).
 struct LoadedKernel {
   void* handle = nullptr;
+  void* partials = nullptr;  // a reduction's second kernel (KernelSource::partials_name)
   int device = -1;
 };
 
@@ -29,7 +30,9 @@ struct LoadStats {
 LoadedKernel load_kernel(const ops::fusion::KernelSource& source, int device, bool may_load = true);
 
 // Launches it over source.numel elements, `pointers` in source.operands' order, on the device's
-// current stream (and so into a graph being captured there).
+// current stream (and so into a graph being captured there). A reduction is launched as the
+// eager one would be (reduce/geometry.h), with its partials in a temporary from the caching
+// allocator when it splits.
 void launch_kernel(const LoadedKernel& kernel, const ops::fusion::KernelSource& source,
                    std::span<void* const> pointers);
 

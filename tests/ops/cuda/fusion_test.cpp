@@ -177,6 +177,84 @@ TEST(FusionCuda, FusedGroupsWriteTheEagerKernelsBits) {
   }
 }
 
+// Regions ending in reductions (Note [Fused reductions]): every kind of launch the eager kernel
+// makes (warp rows, block rows split over blocks, rows with two reduced runs, columns with and
+// without splits), 16-bit inputs whose rows start off a 16-byte boundary, a broadcast operand.
+std::vector<Case> reduction_cases() {
+  return {
+      {"rms_statistic_bf16",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({256, 768}, kBFloat16, seed));
+         const int w = input_of(r, in, random_cuda({768}, kBFloat16, seed + 1));
+         const int xf = r.cast(x, kFloat32);
+         const int ms = r.reduce(r.binary(BinaryOp::Mul, xf, xf), {1}, true, true);
+         const int rstd = r.unary(UnaryOp::Rsqrt, r.unary(UnaryOp::AddScalar, ms, {.a = 1e-6}));
+         r.mark_live_out(rstd);
+         r.mark_live_out(r.binary(BinaryOp::Mul, r.cast(r.binary(BinaryOp::Mul, xf, rstd), kBFloat16), w));
+       }},
+      {"long_rows_split_f32",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({4, 100003}, kFloat32, seed));
+         r.mark_live_out(
+             r.reduce(r.unary(UnaryOp::Exp, r.unary(UnaryOp::MulScalar, x, {.a = 0.1})), {1}, false, false));
+       }},
+      {"odd_rows_f16_broadcast",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({33, 70}, kFloat16, seed));
+         const int w = input_of(r, in, random_cuda({70}, kFloat16, seed + 1));
+         const int p = r.binary(BinaryOp::Mul, x, w);
+         r.mark_live_out(p);  // written on the way
+         r.mark_live_out(r.reduce(r.unary(UnaryOp::Tanh, p), {1}, true, false));
+       }},
+      {"weight_grad_columns_bf16",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int g = input_of(r, in, random_cuda({16, 64, 96}, kBFloat16, seed));
+         const int xhat = input_of(r, in, random_cuda({16, 64, 96}, kBFloat16, seed + 1));
+         const int prod = r.binary(BinaryOp::Mul, r.cast(g, kFloat32), r.cast(xhat, kFloat32));
+         r.mark_live_out(r.reduce(prod, {0, 1}, true, false));
+       }},
+      {"repeat_grad_middle_dim_f32",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({4, 3, 5, 200}, kFloat32, seed));
+         r.mark_live_out(r.reduce(r.unary(UnaryOp::MulScalar, x, {.a = 2}), {1}, true, false));
+       }},
+      {"two_reduced_runs_f64",
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({6, 7, 50}, kFloat64, seed));
+         const int y = r.unary(UnaryOp::AddScalar, r.binary(BinaryOp::Mul, x, x), {.a = 1});
+         r.mark_live_out(r.reduce(y, {0, 2}, false, true));
+       }},
+  };
+}
+
+TEST(FusionCuda, FusedReductionsWriteTheEagerKernelsBits) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  for (const Case& c : reduction_cases()) {
+    SCOPED_TRACE(c.name);
+    Region region;
+    std::vector<Tensor> inputs;
+    c.build(region, inputs, seed);
+    const Plan fused = plan_groups(region);
+    Plan eager = fused;
+    for (Group& g : eager.groups) g.fused = false;
+
+    std::vector<Tensor> a = tensors_for(region, inputs), b = tensors_for(region, inputs);
+    const auto eager_counts = ops::cuda::fusion::run_region(region, eager, a, Device::cuda());
+    const auto fused_counts = ops::cuda::fusion::run_region(region, fused, b, Device::cuda());
+    EXPECT_EQ(fused_counts.fallbacks, 0);
+    EXPECT_EQ(fused_counts.fused_reductions, 1) << dump(fused);
+    EXPECT_EQ(eager_counts.fused_kernels, 0);
+    for (size_t v = 0; v < a.size(); ++v) {
+      if (region.values()[v].live_out) {
+        EXPECT_TRUE(same_bytes(a[v], b[v])) << "value %" << v << " differs, seed " << seed << "\n"
+                                            << region.dump();
+      }
+    }
+  }
+}
+
 TEST(FusionCuda, ASecondLoadOfAKernelCompilesNothing) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_NVRTC();
@@ -231,6 +309,26 @@ TEST(FusionScopeCuda, ForwardAndBackwardChainsGiveTheEagerBits) {
   });
   EXPECT_GE(stats.fused_kernels, 2) << "forward and backward chains";
   EXPECT_EQ(stats.fallbacks, 0);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+TEST(FusionScopeCuda, AnRmsNormsStatisticsAndGradientSumsRunFusedWithTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x0 = random_cuda({8, 32, 256}, kBFloat16, seed);
+  const Tensor w0 = random_cuda({256}, kBFloat16, seed + 1);
+  const Tensor g0 = random_cuda({8, 32, 256}, kBFloat16, seed + 2);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    Tensor x = x0.detach().requires_grad_(true), w = w0.detach().requires_grad_(true);
+    // As bfloat16 autocast runs it: the mean of the bfloat16 squares in float32.
+    Tensor y = x * rsqrt(mean((x * x).to(kFloat32), {-1}, true) + 1e-6) * w;
+    y.backward(g0.to(kFloat32));
+    return TensorList{y.detach(), x.grad(), w.grad()};
+  });
+  EXPECT_EQ(stats.fallbacks, 0);
+  // The mean forward; backward, the broadcast operands' sums (the statistic's, the weight's).
+  EXPECT_GE(stats.fused_reductions, 3);
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
