@@ -1,8 +1,12 @@
 #include "nabla/ops/fusion/compile.h"
 
 #include <bit>
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
+
+#include <fmt/format.h>
 
 namespace nabla::ops::fusion {
 
@@ -17,6 +21,16 @@ void put(std::string& key, double v) {
 
 // Enough for every region of a few models' steps; past it the memo starts over.
 constexpr size_t kMaxRegions = 4096;
+
+// NABLA_FUSION_DUMP=<file>: each region planned for the first time is appended to the file with
+// its plan, to see what a step's compiler fused and what it left (docs/design/step-compiler.md).
+void dump_if_asked(const Region& region, const Plan& plan, size_t index) {
+  const char* path = std::getenv("NABLA_FUSION_DUMP");
+  if (path == nullptr || *path == '\0') return;
+  std::ofstream out(path, std::ios::app);
+  out << fmt::format("== region {}: {} ops\n", index, region.ops().size()) << region.dump() << dump(plan)
+      << '\n';
+}
 
 }  // namespace
 
@@ -60,6 +74,8 @@ std::shared_ptr<const CompiledRegion> compile_region(const Region& region) {
       compiled->kernels[g] = generate_kernel(region, compiled->plan.groups[g]);
   }
   std::lock_guard lock(mutex);
+  static size_t planned = 0;
+  dump_if_asked(region, compiled->plan, planned++);
   if (memo.size() >= kMaxRegions) memo.clear();
   memo.emplace(std::move(key), compiled);
   return compiled;

@@ -59,7 +59,8 @@ if has fusion; then
 fi
 llama() { timeout "$1" "$x/apps/nabla-bench" llama "${@:2}"; }
 if has llama; then
-  NABLA_FUSION=1 llama 300 --cuda-graph --compare-pytorch > "$out/llama_graph_fuse1_torch.log" 2>&1
+  NABLA_FUSION=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" llama 300 --cuda-graph --compare-pytorch \
+    > "$out/llama_graph_fuse1_torch.log" 2>&1
   NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
 fi
