@@ -27,6 +27,74 @@ std::vector<bool> live_ops(const Region& region) {
   return live;
 }
 
+// Note [Recomputed values]: a pointwise value that later groups read but nothing after the region
+// does is cheaper to compute again in each of those groups than to write and read back: a fused
+// kernel is bound by memory, not arithmetic. This happens where a reduction closed the group that
+// computed the value (RMSNorm's backward reads g * w both in its statistic's sum and after it).
+// When every group reading such a value can compute it (from region inputs, its own values, or
+// values written anyway, through at most kMaxChain ops of the reader's iteration), the ops are
+// copied into each reader, and the group it was planned in no longer writes it. The copies use
+// the same formulas, so the bits do not change.
+constexpr int kMaxChain = 3;
+
+// Whether group g can compute value v itself; adds the ops it needs to `chain` (program order).
+bool chain_into(const Region& region, const std::vector<Building>& building, const std::vector<int>& group_of,
+                int v, size_t g, std::vector<int>& chain) {
+  const Value& value = region.value(v);
+  if (value.producer < 0 || value.live_out || value.sizes != building[g].group.sizes) return false;
+  const Op& op = region.op(value.producer);
+  if (op.kind == OpKind::Reduce || !fusible(region, op)) return false;
+  if (static_cast<int>(chain.size()) >= kMaxChain) return false;
+  const auto computed_in_g = [&](int a) {
+    const auto& own = building[g].group.ops;
+    return std::find(own.begin(), own.end(), region.value(a).producer) != own.end() ||
+           std::find(chain.begin(), chain.end(), region.value(a).producer) != chain.end();
+  };
+  for (int a : op.args) {
+    const Value& arg = region.value(a);
+    if (arg.producer < 0 || arg.live_out || computed_in_g(a)) continue;
+    const int from = group_of[static_cast<size_t>(a)];
+    if (from >= 0 && !building[static_cast<size_t>(from)].joinable) continue;  // an eager op writes it
+    if (!chain_into(region, building, group_of, a, g, chain)) return false;
+  }
+  if (std::find(chain.begin(), chain.end(), value.producer) == chain.end()) chain.push_back(value.producer);
+  return true;
+}
+
+void recompute_across_groups(const Region& region, std::vector<Building>& building,
+                             const std::vector<int>& group_of) {
+  for (size_t v = 0; v < region.values().size(); ++v) {
+    const int home = group_of[v];
+    if (home < 0 || region.values()[v].live_out) continue;
+    std::vector<size_t> readers;
+    for (size_t g = 0; g < building.size(); ++g) {
+      if (static_cast<int>(g) == home) continue;
+      for (int o : building[g].group.ops) {
+        const auto& args = region.op(o).args;
+        if (std::find(args.begin(), args.end(), static_cast<int>(v)) != args.end()) {
+          readers.push_back(g);
+          break;
+        }
+      }
+    }
+    if (readers.empty()) continue;
+    std::vector<std::vector<int>> chains(readers.size());
+    bool all = true;
+    for (size_t k = 0; k < readers.size() && all; ++k) {
+      all = building[readers[k]].joinable &&
+            chain_into(region, building, group_of, static_cast<int>(v), readers[k], chains[k]);
+    }
+    if (!all) continue;
+    for (size_t k = 0; k < readers.size(); ++k) {
+      auto& own = building[readers[k]].group.ops;
+      for (int o : chains[k]) {
+        if (std::find(own.begin(), own.end(), o) == own.end()) own.push_back(o);
+      }
+      std::sort(own.begin(), own.end());  // program order is dependency order
+    }
+  }
+}
+
 }  // namespace
 
 Plan plan_groups(const Region& region) {
@@ -77,27 +145,51 @@ Plan plan_groups(const Region& region) {
     group_of[static_cast<size_t>(op.result)] = chosen;
   }
 
-  // What each group reads from outside, and which of its results someone else reads.
-  std::vector<bool> read_elsewhere(region.values().size(), false);
+  recompute_across_groups(region, building, group_of);
+
+  // What each group computes, reads from outside, and which results someone else reads. A value
+  // recomputed in several groups is written, if at all, by the group it was planned in.
+  const size_t n_values = region.values().size();
+  std::vector<std::vector<bool>> computes(building.size(), std::vector<bool>(n_values, false));
+  for (size_t g = 0; g < building.size(); ++g) {
+    for (int o : building[g].group.ops)
+      computes[g][static_cast<size_t>(ops[static_cast<size_t>(o)].result)] = true;
+  }
+  std::vector<bool> read_elsewhere(n_values, false);
   for (size_t g = 0; g < building.size(); ++g) {
     for (int o : building[g].group.ops) {
       for (int a : ops[static_cast<size_t>(o)].args) {
-        if (group_of[static_cast<size_t>(a)] != static_cast<int>(g))
-          read_elsewhere[static_cast<size_t>(a)] = true;
+        if (!computes[g][static_cast<size_t>(a)]) read_elsewhere[static_cast<size_t>(a)] = true;
       }
     }
   }
+  // An op whose every reader computes its value again leaves its own group.
+  for (size_t g = 0; g < building.size(); ++g) {
+    std::vector<int>& own = building[g].group.ops;
+    std::vector<bool> needed(n_values, false);
+    std::vector<int> kept;
+    for (auto it = own.rbegin(); it != own.rend(); ++it) {
+      const Op& op = ops[static_cast<size_t>(*it)];
+      const auto r = static_cast<size_t>(op.result);
+      if (!(region.value(op.result).live_out || read_elsewhere[r] || needed[r])) continue;
+      kept.push_back(*it);
+      for (int a : op.args) needed[static_cast<size_t>(a)] = true;
+    }
+    own.assign(kept.rbegin(), kept.rend());
+  }
   for (size_t g = 0; g < building.size(); ++g) {
     Group& group = building[g].group;
+    if (group.ops.empty()) continue;
     for (int o : group.ops) {
       const Op& op = ops[static_cast<size_t>(o)];
       for (int a : op.args) {
-        const bool inside = group_of[static_cast<size_t>(a)] == static_cast<int>(g);
-        if (!inside && std::find(group.inputs.begin(), group.inputs.end(), a) == group.inputs.end()) {
+        if (!computes[g][static_cast<size_t>(a)] &&
+            std::find(group.inputs.begin(), group.inputs.end(), a) == group.inputs.end()) {
           group.inputs.push_back(a);
         }
       }
-      if (region.value(op.result).live_out || read_elsewhere[static_cast<size_t>(op.result)]) {
+      const bool primary = group_of[static_cast<size_t>(op.result)] == static_cast<int>(g);
+      if (primary && (region.value(op.result).live_out || read_elsewhere[static_cast<size_t>(op.result)])) {
         group.outputs.push_back(op.result);
       }
     }

@@ -218,6 +218,16 @@ std::vector<Case> reduction_cases() {
          const int x = input_of(r, in, random_cuda({4, 3, 5, 200}, kFloat32, seed));
          r.mark_live_out(r.reduce(r.unary(UnaryOp::MulScalar, x, {.a = 2}), {1}, true, false));
        }},
+      {"rms_backward_recomputes_g_times_w_f32",  // Note [Recomputed values]
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
+         const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
+         const int x = input_of(r, in, random_cuda({64, 512}, kFloat32, seed + 2));
+         const int gw = r.binary(BinaryOp::Mul, g, w);
+         const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {1}, true, false);
+         const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
+         r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
+       }},
       {"two_reduced_runs_f64",
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int x = input_of(r, in, random_cuda({6, 7, 50}, kFloat64, seed));
