@@ -8,6 +8,7 @@
 //   nabla-bench gpt                                  # batch 16 x 1024
 //   nabla-bench gpt --compare-pytorch                # then PyTorch eager and torch.compile
 //   nabla-bench gpt --profile 3                      # then 3 steps under nabla::profiler
+//   nabla-bench gpt --plain --cuda-graph             # GPT-2 written plainly (plain_gpt.h), fused
 //
 // --compare-pytorch runs torch_gpt2.py --json after nabla's row (never beside it: they would
 // share the GPU) and prints nabla's tokens/s and peak memory over each PyTorch mode's.
@@ -15,6 +16,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
@@ -22,6 +25,7 @@
 #include "nabla/nabla.h"
 #include "nabla_bench/bench_common.h"
 #include "nabla_bench/commands.h"
+#include "nabla_bench/plain_gpt.h"
 #include "nabla_bench/table.h"
 #include "nabla_bench/torch_compare.h"
 
@@ -38,6 +42,7 @@ struct GptBenchOptions {
   std::string modes = "eager,compile";
   int profile = 0;
   bool cuda_graph = false;  // capture the step once and replay it; the step compiler fuses it
+  bool plain = false;       // the user guide's GPT-2 with plain layers (plain_gpt.h)
   std::string json_path;
   TorchOptions torch;
 };
@@ -47,7 +52,18 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
   manual_seed(0);
   nn::models::GPT2Config config = o.model;
   config.context = std::max(config.context, o.seq);
-  nn::models::GPT2 model(config);
+  std::shared_ptr<nn::Module> holder;
+  std::function<Tensor(const Tensor&, const Tensor&)> loss_of;
+  if (o.plain) {
+    auto plain = plain_gpt(config);
+    loss_of = [plain](const Tensor& x, const Tensor& y) { return plain->loss(x, y); };
+    holder = plain;
+  } else {
+    auto zoo = std::make_shared<nn::models::GPT2>(config);
+    loss_of = [zoo](const Tensor& x, const Tensor& y) { return zoo->loss(x, y); };
+    holder = zoo;
+  }
+  nn::Module& model = *holder;
   model.to(device);
   TensorList decay, rest;
   for (const auto& p : model.parameters()) (p.dim() >= 2 ? decay : rest).push_back(p);
@@ -61,7 +77,7 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
     Tensor loss;
     {
       amp::Autocast autocast(device, autocast_dtype_of(o.amp), amp);
-      loss = model.loss(x, y);
+      loss = loss_of(x, y);
     }
     loss.backward();
     optim::clip_grad_norm_(model.parameters(), 1.0);
@@ -113,6 +129,7 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
                         {"peak_alloc_GiB", device.is_cuda() ? gib(cuda::max_memory_allocated()) : 0.0},
                         {"warmup_s", warmup_s},
                         {"cuda_graph", o.cuda_graph && graphed.graphed()},
+                        {"plain", o.plain},
                         {"loss", loss.item<double>()}};
   if (o.cuda_graph) print_fusion_report(graphed);
   if (o.profile > 0) {
@@ -138,11 +155,12 @@ void print_gpt_table(const GptBenchOptions& o, const std::vector<nlohmann::json>
          format_number(ratio(number_at(ours, "peak_alloc_GiB"), number_at(row, "peak_alloc_GiB")), 3)});
   }
   std::printf(
-      "\nGPT-2 (%lld layers, width %lld, vocab %lld) train, batch %lld x %lld, amp %s, %d warm-up + %d "
+      "\nGPT-2%s (%lld layers, width %lld, vocab %lld) train, batch %lld x %lld, amp %s, %d warm-up + %d "
       "timed steps; x = nabla / that run\n%s",
-      static_cast<long long>(o.model.layers), static_cast<long long>(o.model.width),
-      static_cast<long long>(o.model.vocab), static_cast<long long>(o.batch), static_cast<long long>(o.seq),
-      ours.value("amp", "?").c_str(), o.warmup, o.steps, table.render().c_str());
+      o.plain ? " written plainly" : "", static_cast<long long>(o.model.layers),
+      static_cast<long long>(o.model.width), static_cast<long long>(o.model.vocab),
+      static_cast<long long>(o.batch), static_cast<long long>(o.seq), ours.value("amp", "?").c_str(),
+      o.warmup, o.steps, table.render().c_str());
 }
 
 void run_gpt(const GptBenchOptions& o) {
@@ -208,6 +226,10 @@ void add_gpt_command(CLI::App& app) {
   cmd->add_flag("--cuda-graph", options->cuda_graph,
                 "capture the step into a CUDA graph (nn::make_graphed_step) and replay it; the step compiler "
                 "fuses its pointwise ops unless NABLA_FUSION=0");
+  cmd->add_flag(
+      "--plain", options->plain,
+      "GPT-2 as the user guide writes it, with plain layers (LayerNorm, Linear, gelu, attention) and "
+      "none of nn::models::GPT2's hand-fused calls");
   cmd->add_option("--json", options->json_path, "also write the rows to this file as a JSON list");
   add_torch_flags(cmd, options->torch);
   cmd->callback([options] { run_gpt(*options); });

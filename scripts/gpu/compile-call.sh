@@ -9,7 +9,8 @@
 # fp16 (the model zoo's, and --plain) and GPT-2 graphed with NABLA_FUSION=1 and =0 (a fresh
 # kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed
 # and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
-# fp16/bf16 and GPT-2 from the base build and this one in turns. Logs under $OUT; a table last.
+# fp16/bf16 and GPT-2 from the base build and this one in turns; gptplain = nabla-bench gpt
+# --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused). Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -64,6 +65,11 @@ if has llama; then
   NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
 fi
+if has gptplain; then
+  # The user guide's GPT-2 written plainly, graphed and fused, beside PyTorch eager and compile.
+  NABLA_FUSION=1 timeout 280 "$x/apps/nabla-bench" gpt --plain --cuda-graph --compare-pytorch \
+    > "$out/gptplain_graph_fuse1_torch.log" 2>&1
+fi
 if has ab; then
   # Issue 45's before/after: the commit before it (build/gpu-base) against this build, in turns,
   # ROUNDS times; this build's ResNet-50 fp16 also with the step compiler off.
@@ -92,7 +98,7 @@ grep -h -A2 'Skipped' "$out/fusion_tests.log" 2>/dev/null | head -6
 for log in "$out"/rn50_*.log "$out"/ab_rn50_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E 'fp16|bf16' "$log" | tail -n 1)"
 done
-for log in "$out"/llama_*.log; do
+for log in "$out"/llama_*.log "$out"/gptplain_*.log; do
   [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -E '^(nabla|PyTorch|torch\.compile)' "$log"
 done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
