@@ -91,7 +91,7 @@ cat "$out/nvrtc.txt"
 [[ -f $out/rc ]] && cat "$out/rc"
 for log in "$out"/fusion_tests.log "$out"/nabla_*_tests.log; do
   [[ -f $log ]] || continue
-  echo "$(basename "$log"): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$log" | tr '\n' ' ')"
+  echo "$(basename "$log"): $(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\]' "$log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$log" | head -20
 done
 grep -h -A2 'Skipped' "$out/fusion_tests.log" 2>/dev/null | head -6
