@@ -8,6 +8,7 @@
 #include "nabla/nn/init.h"
 #include "nabla/nn/layers.h"
 #include "nabla/nn/models/gpt2.h"
+#include "nabla/nn/models/llama.h"
 #include "nabla/nn/models/mobilenet.h"
 #include "nabla/nn/models/resnet.h"
 #include "nabla/nn/models/small_cnn.h"

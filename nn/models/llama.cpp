@@ -1,0 +1,134 @@
+#include "nabla/nn/models/llama.h"
+
+#include <string>
+
+#include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/error.h"
+#include "nabla/ops/ops.h"
+
+namespace nabla::nn::models {
+
+namespace {
+
+LinearOptions projection(int64_t in, int64_t out) {
+  return {.in = in, .out = out, .bias = false};
+}
+
+RMSNormOptions norm_options(const LlamaConfig& c) {
+  RMSNormOptions o;
+  o.eps = c.eps;
+  return o;
+}
+
+}  // namespace
+
+LlamaAttention::LlamaAttention(const LlamaConfig& c)
+    : q_proj(projection(c.width, c.width)),
+      k_proj(projection(c.width, c.width / c.heads * c.kv_heads)),
+      v_proj(projection(c.width, c.width / c.heads * c.kv_heads)),
+      o_proj(projection(c.width, c.width)),
+      heads(c.heads),
+      kv_heads(c.kv_heads),
+      rope_base(c.rope_base) {
+  NABLA_CHECK(c.heads > 0 && c.width % c.heads == 0 && (c.width / c.heads) % 2 == 0,
+              "Llama: width {} must be a multiple of heads {} with an even head size", c.width, c.heads);
+  NABLA_CHECK(c.kv_heads > 0 && c.heads % c.kv_heads == 0,
+              "Llama: heads {} must be a multiple of kv_heads {} (each key/value head serves as many query "
+              "heads)",
+              c.heads, c.kv_heads);
+  register_modules({{"q_proj", q_proj}, {"k_proj", k_proj}, {"v_proj", v_proj}, {"o_proj", o_proj}});
+}
+
+Tensor LlamaAttention::forward(const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads, groups = heads / kv_heads;
+  RotaryOptions rope;
+  rope.base = rope_base;
+  const Tensor q = rotary_embedding(q_proj(x).view({B, T, heads, D}).transpose(1, 2), rope);
+  Tensor k = rotary_embedding(k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), rope);
+  Tensor v = v_proj(x).view({B, T, kv_heads, D}).transpose(1, 2);
+  if (groups > 1) {
+    // Hugging Face's repeat_kv: key/value head j serves query heads j * groups .. (j + 1) * groups - 1.
+    k = k.unsqueeze(2).expand({B, kv_heads, groups, T, D}).reshape({B, heads, T, D});
+    v = v.unsqueeze(2).expand({B, kv_heads, groups, T, D}).reshape({B, heads, T, D});
+  }
+  AttentionOptions causal;
+  causal.causal = true;
+  const Tensor y = scaled_dot_product_attention(q, k, v, causal);
+  return o_proj(y.transpose(1, 2).reshape({B, T, C}));
+}
+
+LlamaMLP::LlamaMLP(const LlamaConfig& c)
+    : gate_proj(projection(c.width, c.hidden)),
+      up_proj(projection(c.width, c.hidden)),
+      down_proj(projection(c.hidden, c.width)) {
+  register_modules({{"gate_proj", gate_proj}, {"up_proj", up_proj}, {"down_proj", down_proj}});
+}
+
+Tensor LlamaMLP::forward(const Tensor& x) {
+  return down_proj(silu(gate_proj(x)) * up_proj(x));
+}
+
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c)
+    : input_layernorm({c.width}, norm_options(c)),
+      post_attention_layernorm({c.width}, norm_options(c)),
+      self_attn(c),
+      mlp(c) {
+  register_modules({{"input_layernorm", input_layernorm},
+                    {"self_attn", self_attn},
+                    {"post_attention_layernorm", post_attention_layernorm},
+                    {"mlp", mlp}});
+}
+
+Tensor LlamaDecoderLayer::forward(const Tensor& x) {
+  const Tensor h = x + self_attn(input_layernorm(x));
+  return h + mlp(post_attention_layernorm(h));
+}
+
+LlamaModel::LlamaModel(const LlamaConfig& c)
+    : embed_tokens(c.vocab, c.width), norm({c.width}, norm_options(c)) {
+  for (int64_t i = 0; i < c.layers; ++i) layers.emplace_back<LlamaDecoderLayer>(c);
+  register_modules({{"embed_tokens", embed_tokens}, {"layers", layers}, {"norm", norm}});
+}
+
+Tensor LlamaModel::forward(const Tensor& tokens) {
+  Tensor x = embed_tokens(tokens);
+  for (const auto& layer : layers) x = (*layer)(x);
+  return norm(x);
+}
+
+Llama::Llama(const LlamaConfig& c) : config(c), model(c), lm_head(projection(c.width, c.vocab)) {
+  register_modules({{"model", model}, {"lm_head", lm_head}});
+  if (c.tie_embeddings) lm_head.weight = model.embed_tokens.weight;  // one parameter, two names
+  NoGradGuard no_grad;
+  for (auto& [name, p] : named_parameters()) {
+    if (p.dim() >= 2) p.copy_(randn(p.sizes()) * 0.02);
+  }
+}
+
+Tensor Llama::logits(const Tensor& tokens) {
+  NABLA_CHECK(tokens.dim() == 2, "Llama: expected (batch, time) tokens, got {} dims", tokens.dim());
+  const int64_t T = tokens.size(1);
+  NABLA_CHECK(T >= 1 && T <= config.context, "Llama: {} tokens per row; the model's context holds 1 to {}", T,
+              config.context);
+  return lm_head(model(tokens));
+}
+
+Tensor Llama::loss(const Tensor& tokens, const Tensor& targets) {
+  const Tensor l = logits(tokens);
+  return cross_entropy(l.view({-1, config.vocab}), targets.reshape({-1}));
+}
+
+LoadResult Llama::load_hf_state_dict(const StateDict& dict) {
+  StateDict kept;
+  for (const auto& [key, t] : dict) {
+    if (key.ends_with(".rotary_emb.inv_freq")) continue;
+    kept[key] = t;
+  }
+  // A tied checkpoint may omit lm_head.weight: it is the embedding's then.
+  if (config.tie_embeddings && !kept.count("lm_head.weight") && kept.count("model.embed_tokens.weight")) {
+    kept["lm_head.weight"] = kept.at("model.embed_tokens.weight");
+  }
+  return load_state_dict(kept, /*strict=*/true);
+}
+
+}  // namespace nabla::nn::models

@@ -1,0 +1,94 @@
+// Public header. LLaMA (and the models built from its blocks: Mistral, Qwen2 without biases):
+// token embeddings, pre-norm blocks of causal self-attention with rotary position embeddings and
+// grouped-query attention (fewer key/value heads than query heads), a SwiGLU MLP, RMSNorm, and
+// an output layer (tied to the embedding or not).
+//
+//   nabla::nn::models::Llama model({.vocab = 32000, .layers = 12, .heads = 12, .kv_heads = 4});
+//   nabla::Tensor logits = model.logits(tokens);        // (B, T) int64 -> (B, T, vocab)
+//   nabla::Tensor loss = model.loss(tokens, targets);   // mean next-token cross-entropy
+//
+// Parameter names and layouts are Hugging Face's LlamaForCausalLM's, so its checkpoints load
+// unchanged through load_hf_state_dict: model.embed_tokens, model.layers.{i}.input_layernorm /
+// self_attn.{q,k,v,o}_proj / post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm,
+// lm_head. Rotary embeddings rotate the halves of each head (Hugging Face's layout). Written with
+// nabla's public API only.
+#pragma once
+
+#include <cstdint>
+
+#include "nabla/nn/attention.h"
+#include "nabla/nn/containers.h"
+#include "nabla/nn/layers.h"
+
+namespace nabla::nn::models {
+
+struct LlamaConfig {
+  int64_t vocab = 32000;
+  int64_t context = 2048;
+  int64_t layers = 12;
+  int64_t heads = 12;
+  int64_t kv_heads = 4;  // grouped-query attention: each serves heads / kv_heads query heads
+  int64_t width = 768;
+  int64_t hidden = 2048;       // the SwiGLU MLP's inner width
+  double rope_base = 10000.0;  // rope_theta
+  double eps = 1e-5;           // rms_norm_eps
+  bool tie_embeddings = false;
+};
+
+class LlamaAttention : public Module {
+ public:
+  explicit LlamaAttention(const LlamaConfig& c);
+  Tensor forward(const Tensor& x) override;  // (B, T) positions 0.. T-1
+  Linear q_proj, k_proj, v_proj, o_proj;
+  int64_t heads, kv_heads;
+  double rope_base;
+};
+
+class LlamaMLP : public Module {
+ public:
+  explicit LlamaMLP(const LlamaConfig& c);
+  Tensor forward(const Tensor& x) override;  // down_proj(silu(gate_proj(x)) * up_proj(x))
+  Linear gate_proj, up_proj, down_proj;
+};
+
+class LlamaDecoderLayer : public Module {
+ public:
+  explicit LlamaDecoderLayer(const LlamaConfig& c);
+  Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
+  RMSNorm input_layernorm, post_attention_layernorm;
+  LlamaAttention self_attn;
+  LlamaMLP mlp;
+};
+
+// The `model.` part of the names.
+class LlamaModel : public Module {
+ public:
+  explicit LlamaModel(const LlamaConfig& c);
+  Tensor forward(const Tensor& tokens) override;  // (B, T) -> the final norm's (B, T, width)
+  Embedding embed_tokens;
+  ModuleList layers;  // LlamaDecoderLayers, named layers.0, layers.1, ...
+  RMSNorm norm;
+};
+
+class Llama : public Module {
+ public:
+  // Hugging Face's initialization, from the global generator: N(0, 0.02) for every matrix and
+  // the embedding, unit RMSNorm gains.
+  explicit Llama(const LlamaConfig& c = {});
+
+  Tensor forward(const Tensor& tokens) override { return logits(tokens); }
+  // (B, T) int64 tokens, T <= context -> (B, T, vocab) logits.
+  Tensor logits(const Tensor& tokens);
+  // Mean next-token cross-entropy of (B, T) tokens against (B, T) targets.
+  Tensor loss(const Tensor& tokens, const Tensor& targets);
+
+  // Loads a Hugging Face LlamaForCausalLM state dict strictly, accepting and ignoring the
+  // rotary tables older files carry (self_attn.rotary_emb.inv_freq), which nabla computes.
+  LoadResult load_hf_state_dict(const StateDict& dict);
+
+  LlamaConfig config;
+  LlamaModel model;
+  Linear lm_head;
+};
+
+}  // namespace nabla::nn::models

@@ -1,0 +1,96 @@
+// nn::models::Llama against a LLaMA written by hand in PyTorch with Hugging Face's keys and
+// formulas (tests/interop/torch_llama_model.py, run by torch_llama_logits.py on Debian's torch,
+// float64 on the CPU): the state dict, with the rotary_emb.inv_freq buffers older files carry,
+// loads through load_hf_state_dict, and the logits of a grouped-query model (4 query heads, 2
+// key/value heads) agree. The transformers package is not installed here, so the hand-written
+// model is the independent reference.
+//
+// Skips itself (with a message) only when /usr/bin/python3 cannot import torch.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "test_util.h"
+#include "torch_python.h"
+
+namespace nabla {
+namespace {
+
+using namespace testing;  // NOLINT: test helpers
+namespace fs = std::filesystem;
+
+const nn::models::LlamaConfig kSmall{.vocab = 89,
+                                     .context = 32,
+                                     .layers = 2,
+                                     .heads = 4,
+                                     .kv_heads = 2,
+                                     .width = 32,
+                                     .hidden = 48,
+                                     .rope_base = 500.0,
+                                     .eps = 1e-5,
+                                     .tie_embeddings = false};
+
+TEST(InteropLlama, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const fs::path file = fs::temp_directory_path() / fmt::format("nabla_llama_{}.safetensors", ::getpid());
+  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {}",
+                                          source_file("tests/interop/torch_llama_logits.py").string(),
+                                          file.string(), test_seed() % 100000);
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const nn::StateDict all = load_safetensors(file.string()).tensors;
+  fs::remove(file);
+
+  nn::StateDict state;
+  for (const auto& [key, t] : all) {
+    if (key.starts_with("state.")) state[key.substr(6)] = t;
+  }
+  ASSERT_TRUE(state.count("model.layers.1.self_attn.rotary_emb.inv_freq")) << "the reference must carry them";
+  EXPECT_EQ(state.at("model.layers.0.self_attn.k_proj.weight").sizes(), (Shape{16, 32})) << "2 of 4 heads";
+
+  nn::models::Llama model(kSmall);
+  model.to(kFloat64);
+  const nn::LoadResult r = model.load_hf_state_dict(state);
+  EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty());
+
+  const Tensor logits = model.logits(all.at("tokens"));
+  ASSERT_EQ(logits.sizes(), (Shape{3, 17, 89}));
+  EXPECT_TRUE(all_close(logits, all.at("logits"), 1e-9, 1e-9));
+  EXPECT_GT(max(abs(all.at("logits"))).item<double>(), 0.1) << "the reference logits are too small";
+
+  // Strict: an unknown key is an error, and a missing one is reported.
+  nn::StateDict extra = state;
+  extra["model.layers.0.self_attn.not_a_key"] = ones({1});
+  EXPECT_THROW(model.load_hf_state_dict(extra), Error);
+}
+
+TEST(InteropLlama, TiedEmbeddingsShareOneParameterAndMayOmitTheHead) {
+  nn::models::LlamaConfig tied = kSmall;
+  tied.tie_embeddings = true;
+  nn::models::Llama model(tied);
+  EXPECT_TRUE(model.lm_head.weight.is_same(model.model.embed_tokens.weight));
+  nn::StateDict state = model.state_dict();
+  state.erase("lm_head.weight");
+  const Tensor embedding = randn({89, 32});
+  state["model.embed_tokens.weight"] = embedding;
+  const nn::LoadResult r = model.load_hf_state_dict(state);
+  EXPECT_TRUE(r.missing_keys.empty() && r.unexpected_keys.empty());
+  EXPECT_TRUE(all_close(model.lm_head.weight, embedding, 0, 0));
+}
+
+TEST(InteropLlama, BadShapesAreRefusedWithTheReason) {
+  nn::models::LlamaConfig bad = kSmall;
+  bad.kv_heads = 3;
+  try {
+    nn::models::Llama model(bad);
+    FAIL() << "4 heads over 3 key/value heads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kv_heads 3"), std::string::npos) << e.what();
+  }
+  nn::models::Llama model(kSmall);
+  EXPECT_THROW(model.logits(zeros({2, 33}, {.dtype = kInt64})), Error);  // past the context
+}
+
+}  // namespace
+}  // namespace nabla

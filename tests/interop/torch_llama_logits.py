@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""The PyTorch side of the LLaMA interop test (tests/interop/llama_torch_test.cpp).
+
+  torch_llama_logits.py OUT.safetensors SEED
+
+Builds the hand-written LLaMA of torch_llama_model.py (Hugging Face's keys) at a small size with
+grouped-query attention, draws every parameter at random (RMSNorm gains too), and writes one
+safetensors file: "state.<key>" (the state dict, with the rotary_emb.inv_freq buffers older files
+carry), "tokens" (int64) and "logits" (float64, computed in float64).
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from torch_llama_model import Llama  # noqa: E402
+from torch_resnet import save_safetensors  # noqa: E402  (the same small writer)
+
+CONFIG = dict(vocab=89, layers=2, heads=4, kv_heads=2, width=32, hidden=48, base=500.0, eps=1e-5)
+
+
+def main(out, seed):
+    gen = torch.Generator().manual_seed(seed)
+    model = Llama(**CONFIG).double()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # RMSNorm gains: random, not 1
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            else:
+                p.copy_(0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    tokens = torch.randint(0, CONFIG["vocab"], (3, 17), generator=gen)
+    with torch.no_grad():
+        logits = model(tokens)
+    tensors = {f"state.{k}": v for k, v in model.state_dict().items()}
+    tensors["tokens"] = tokens
+    tensors["logits"] = logits
+    save_safetensors(out, tensors)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]))
