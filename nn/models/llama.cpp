@@ -1,5 +1,6 @@
 #include "nabla/nn/models/llama.h"
 
+#include <limits>
 #include <string>
 
 #include "nabla/core/autograd/grad_mode.h"
@@ -40,20 +41,41 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c)
 }
 
 Tensor LlamaAttention::forward(const Tensor& x) {
+  Tensor keys, values;
+  return forward(x, keys, values, 0);
+}
+
+Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads, groups = heads / kv_heads;
   RotaryOptions rope;
   rope.base = rope_base;
+  rope.offset = offset;
   const Tensor q = rotary_embedding(q_proj(x).view({B, T, heads, D}).transpose(1, 2), rope);
   Tensor k = rotary_embedding(k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), rope);
   Tensor v = v_proj(x).view({B, T, kv_heads, D}).transpose(1, 2);
+  if (keys.defined()) {
+    k = cat({keys, k}, 2);
+    v = cat({values, v}, 2);
+  }
+  keys = k;
+  values = v;
+  const int64_t L = k.size(2);  // every key position: the cached ones, then these
   if (groups > 1) {
     // Hugging Face's repeat_kv: key/value head j serves query heads j * groups .. (j + 1) * groups - 1.
-    k = k.unsqueeze(2).expand({B, kv_heads, groups, T, D}).reshape({B, heads, T, D});
-    v = v.unsqueeze(2).expand({B, kv_heads, groups, T, D}).reshape({B, heads, T, D});
+    k = k.unsqueeze(2).expand({B, kv_heads, groups, L, D}).reshape({B, heads, L, D});
+    v = v.unsqueeze(2).expand({B, kv_heads, groups, L, D}).reshape({B, heads, L, D});
   }
-  AttentionOptions causal;
-  causal.causal = true;
-  const Tensor y = scaled_dot_product_attention(q, k, v, causal);
+  AttentionOptions attend;
+  if (L == T) {
+    attend.causal = true;
+  } else if (T > 1) {
+    // Query i sits at position L - T + i and sees the keys up to it.
+    const TensorOptions positions{.dtype = kInt64, .device = x.device()};
+    const Tensor query_at =
+        arange(static_cast<double>(L - T), static_cast<double>(L), 1, positions).unsqueeze(1);
+    attend.mask = le(arange(static_cast<double>(L), positions).unsqueeze(0), query_at);
+  }  // one new query sees every key
+  const Tensor y = scaled_dot_product_attention(q, k, v, attend);
   return o_proj(y.transpose(1, 2).reshape({B, T, C}));
 }
 
@@ -84,6 +106,11 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x) {
   return h + mlp(post_attention_layernorm(h));
 }
 
+Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset) {
+  const Tensor h = x + self_attn.forward(input_layernorm(x), keys, values, offset);
+  return h + mlp(post_attention_layernorm(h));
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& c)
     : embed_tokens(c.vocab, c.width), norm({c.width}, norm_options(c)) {
   for (int64_t i = 0; i < c.layers; ++i) layers.emplace_back<LlamaDecoderLayer>(c);
@@ -93,6 +120,17 @@ LlamaModel::LlamaModel(const LlamaConfig& c)
 Tensor LlamaModel::forward(const Tensor& tokens) {
   Tensor x = embed_tokens(tokens);
   for (const auto& layer : layers) x = (*layer)(x);
+  return norm(x);
+}
+
+Tensor LlamaModel::forward(const Tensor& tokens, LlamaCache& cache) {
+  cache.keys.resize(layers.size());
+  cache.values.resize(layers.size());
+  Tensor x = embed_tokens(tokens);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    x = static_cast<LlamaDecoderLayer&>(layers[i]).forward(x, cache.keys[i], cache.values[i], cache.length);
+  }
+  cache.length += tokens.size(1);
   return norm(x);
 }
 
@@ -111,6 +149,44 @@ Tensor Llama::logits(const Tensor& tokens) {
   NABLA_CHECK(T >= 1 && T <= config.context, "Llama: {} tokens per row; the model's context holds 1 to {}", T,
               config.context);
   return lm_head(model(tokens));
+}
+
+Tensor Llama::logits(const Tensor& tokens, LlamaCache& cache) {
+  NABLA_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1,
+              "Llama: expected (batch, time) tokens with time >= 1, got {}", describe(tokens));
+  NABLA_CHECK(cache.length + tokens.size(1) <= config.context,
+              "Llama: {} cached positions and {} new ones pass the model's context of {}", cache.length,
+              tokens.size(1), config.context);
+  return lm_head(model.forward(tokens, cache));
+}
+
+Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
+  NABLA_CHECK(o.max_new_tokens >= 0 && o.temperature >= 0 && o.top_k >= 0,
+              "Llama::generate: max_new_tokens, temperature and top_k must be >= 0, got {}, {} and {}",
+              o.max_new_tokens, o.temperature, o.top_k);
+  NoGradGuard no_grad;
+  LlamaCache cache;
+  TensorList out = {prompt};
+  Tensor next_logits = logits(prompt, cache).select(1, -1);  // (B, vocab)
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    Tensor next;
+    if (o.temperature == 0) {
+      next = argmax(next_logits, -1, /*keepdim=*/true);
+    } else {
+      Tensor scaled = next_logits.to(kFloat32) / o.temperature;
+      if (o.top_k > 0 && o.top_k < scaled.size(-1)) {
+        const Tensor kth = topk(scaled, o.top_k).first.narrow(-1, o.top_k - 1, 1);
+        scaled = where(lt(scaled, kth), full({}, -std::numeric_limits<double>::infinity(), scaled.options()),
+                       scaled);
+      }
+      MultinomialOptions sampling;
+      sampling.generator = o.generator;
+      next = multinomial(softmax(scaled, -1), 1, sampling);
+    }
+    out.push_back(next);
+    if (i + 1 < o.max_new_tokens) next_logits = logits(next, cache).select(1, -1);
+  }
+  return cat(out, 1);
 }
 
 Tensor Llama::loss(const Tensor& tokens, const Tensor& targets) {

@@ -12,10 +12,14 @@
 // self_attn.{q,k,v,o}_proj / post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm,
 // lm_head. Rotary embeddings rotate the halves of each head (Hugging Face's layout). Written with
 // nabla's public API only.
+//
+//   nabla::Tensor out = model.generate(prompt, {.max_new_tokens = 64, .temperature = 0.8, .top_k = 40});
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "nabla/core/generator.h"
 #include "nabla/nn/attention.h"
 #include "nabla/nn/containers.h"
 #include "nabla/nn/layers.h"
@@ -35,10 +39,27 @@ struct LlamaConfig {
   bool tie_embeddings = false;
 };
 
+// Generation's key/value cache: per layer, the keys and values (B, kv_heads, length, D) of every
+// position run so far, before repeat_kv; `length` positions in all.
+struct LlamaCache {
+  std::vector<Tensor> keys, values;
+  int64_t length = 0;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 32;
+  double temperature = 0.0;        // 0: greedy (argmax); else sample softmax(logits / temperature)
+  int64_t top_k = 0;               // sample among the k most likely tokens only (0: all)
+  Generator* generator = nullptr;  // for sampling; nullptr: the default generator of the device
+};
+
 class LlamaAttention : public Module {
  public:
   explicit LlamaAttention(const LlamaConfig& c);
-  Tensor forward(const Tensor& x) override;  // (B, T) positions 0.. T-1
+  Tensor forward(const Tensor& x) override;  // (B, T, C) at positions 0 .. T-1
+  // x at positions `offset` .. offset + T - 1, attending to the cached keys and values before it
+  // (keys and values undefined: none), which it extends with its own.
+  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
   Linear q_proj, k_proj, v_proj, o_proj;
   int64_t heads, kv_heads;
   double rope_base;
@@ -55,6 +76,7 @@ class LlamaDecoderLayer : public Module {
  public:
   explicit LlamaDecoderLayer(const LlamaConfig& c);
   Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
+  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
   RMSNorm input_layernorm, post_attention_layernorm;
   LlamaAttention self_attn;
   LlamaMLP mlp;
@@ -64,7 +86,8 @@ class LlamaDecoderLayer : public Module {
 class LlamaModel : public Module {
  public:
   explicit LlamaModel(const LlamaConfig& c);
-  Tensor forward(const Tensor& tokens) override;  // (B, T) -> the final norm's (B, T, width)
+  Tensor forward(const Tensor& tokens) override;            // (B, T) -> the final norm's (B, T, width)
+  Tensor forward(const Tensor& tokens, LlamaCache& cache);  // at positions cache.length ..
   Embedding embed_tokens;
   ModuleList layers;  // LlamaDecoderLayers, named layers.0, layers.1, ...
   RMSNorm norm;
@@ -79,8 +102,15 @@ class Llama : public Module {
   Tensor forward(const Tensor& tokens) override { return logits(tokens); }
   // (B, T) int64 tokens, T <= context -> (B, T, vocab) logits.
   Tensor logits(const Tensor& tokens);
+  // The logits of `tokens` at positions cache.length .. (the positions before them come from
+  // the cache, which this extends): a prompt, then one token at a time.
+  Tensor logits(const Tensor& tokens, LlamaCache& cache);
   // Mean next-token cross-entropy of (B, T) tokens against (B, T) targets.
   Tensor loss(const Tensor& tokens, const Tensor& targets);
+
+  // (B, T) prompt -> (B, T + max_new_tokens) tokens. The prompt runs once; each new token then
+  // runs alone against the key/value cache. No gradients are recorded.
+  Tensor generate(const Tensor& prompt, const GenerateOptions& options = {});
 
   // Loads a Hugging Face LlamaForCausalLM state dict strictly, accepting and ignoring the
   // rotary tables older files carry (self_attn.rotary_emb.inv_freq), which nabla computes.

@@ -255,3 +255,67 @@ TEST(Llama, GradientsReachEveryParameterAndATinyModelMemorizesABatch) {
   }
   EXPECT_LT(last, 0.5 * first) << "loss " << first << " -> " << last;
 }
+
+bool same_tokens(const nb::Tensor& a, const nb::Tensor& b) {
+  return a.sizes() == b.sizes() && nb::eq(a, b).to(nb::kInt64).sum().item<int64_t>() == a.numel();
+}
+
+models::LlamaConfig tiny_llama() {
+  return {.vocab = 24,
+          .context = 16,
+          .layers = 2,
+          .heads = 4,
+          .kv_heads = 2,
+          .width = 16,
+          .hidden = 24,
+          .rope_base = 10000.0,
+          .eps = 1e-5,
+          .tie_embeddings = false};
+}
+
+// The key/value cache gives the logits of a full pass, whether the positions come as a prompt,
+// a chunk after it (the offset mask) or one at a time.
+TEST(Llama, CachedLogitsEqualAFullPass) {
+  nb::manual_seed(test_seed());
+  models::Llama model(tiny_llama());
+  model.to(nb::kFloat64);
+  const nb::Tensor tokens = nb::randint(0, 24, {2, 9}, {.dtype = nb::kInt64});
+  const nb::Tensor full = model.logits(tokens);
+  models::LlamaCache cache;
+  nb::TensorList parts;
+  for (auto [start, length] : {std::pair{0, 4}, {4, 3}, {7, 1}, {8, 1}}) {
+    parts.push_back(model.logits(tokens.narrow(1, start, length), cache));
+  }
+  EXPECT_EQ(cache.length, 9);
+  EXPECT_TRUE(nabla::testing::all_close(nb::cat(parts, 1), full, 1e-12, 1e-12));
+  EXPECT_THROW(model.logits(nb::zeros({2, 8}, {.dtype = nb::kInt64}), cache), nb::Error);  // 17 > 16
+}
+
+TEST(Llama, GenerationWithTheCacheEqualsRecomputingThePrefix) {
+  nb::manual_seed(test_seed());
+  models::Llama model(tiny_llama());
+  model.to(nb::kFloat64);
+  const nb::Tensor prompt = nb::randint(0, 24, {3, 5}, {.dtype = nb::kInt64});
+  const nb::Tensor cached = model.generate(prompt, {.max_new_tokens = 7});
+  ASSERT_EQ(cached.sizes(), (nb::Shape{3, 12}));
+  nb::Tensor seq = prompt;
+  {
+    nb::NoGradGuard no_grad;
+    for (int i = 0; i < 7; ++i) {
+      const nb::Tensor next = nb::argmax(model.logits(seq).select(1, -1), -1, /*keepdim=*/true);
+      seq = nb::cat({seq, next}, 1);
+    }
+  }
+  EXPECT_TRUE(same_tokens(cached, seq));
+
+  // top_k = 1 is greedy whatever the temperature; sampling follows its generator.
+  EXPECT_TRUE(
+      same_tokens(model.generate(prompt, {.max_new_tokens = 7, .temperature = 0.7, .top_k = 1}), seq));
+  nb::Generator a(5), b(5);
+  const nb::Tensor first =
+      model.generate(prompt, {.max_new_tokens = 7, .temperature = 1.0, .top_k = 8, .generator = &a});
+  const nb::Tensor again =
+      model.generate(prompt, {.max_new_tokens = 7, .temperature = 1.0, .top_k = 8, .generator = &b});
+  EXPECT_TRUE(same_tokens(first, again));
+  EXPECT_THROW(model.generate(prompt, {.max_new_tokens = 2, .temperature = -1.0}), nb::Error);
+}
