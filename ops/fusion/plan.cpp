@@ -57,7 +57,9 @@ bool chain_into(const Region& region, const std::vector<Building>& building, con
     if (from >= 0 && !building[static_cast<size_t>(from)].joinable) continue;  // an eager op writes it
     if (!chain_into(region, building, group_of, a, g, chain)) return false;
   }
-  if (std::find(chain.begin(), chain.end(), value.producer) == chain.end()) chain.push_back(value.producer);
+  if (std::find(chain.begin(), chain.end(), value.producer) != chain.end()) return true;
+  if (static_cast<int>(chain.size()) >= kMaxChain) return false;  // counted after the arguments' ops
+  chain.push_back(value.producer);
   return true;
 }
 
@@ -171,7 +173,10 @@ Plan plan_groups(const Region& region) {
     for (auto it = own.rbegin(); it != own.rend(); ++it) {
       const Op& op = ops[static_cast<size_t>(*it)];
       const auto r = static_cast<size_t>(op.result);
-      if (!(region.value(op.result).live_out || read_elsewhere[r] || needed[r])) continue;
+      // A copy (Note [Recomputed values]) stays only where its own group reads it; the group it
+      // was planned in writes it if anyone else does.
+      const bool primary = group_of[r] == static_cast<int>(g);
+      if (!(needed[r] || (primary && (region.value(op.result).live_out || read_elsewhere[r])))) continue;
       kept.push_back(*it);
       for (int a : op.args) needed[static_cast<size_t>(a)] = true;
     }

@@ -134,8 +134,8 @@ bool Recorder::cast(const Tensor& src, const Tensor& out) {
 
 bool Recorder::reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out) {
   // Only a reduction of a held result gains: its input is then never written.
-  if (result_of(x) < 0) return false;
   const int v = result_of(x);
+  if (v < 0 || region_.value(v).producer < 0) return false;
   if (!reduce_layout(region_.value(v), dims, out.sizes(), out.strides())) return false;
   if (!accepts({&x}, out) || result_of(x) != v) return false;  // accepts may have flushed
   add({.kind = OpKind::Reduce, .dims = dims, .mean = mean, .args = {v}}, out);

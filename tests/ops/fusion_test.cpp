@@ -267,6 +267,37 @@ TEST(FusionPlan, AValueAReaderCannotComputeStaysWritten) {
   EXPECT_EQ(plan.groups.at(0).outputs, list({a, s})) << dump(plan);
 }
 
+TEST(FusionPlan, LongChainsAreReadNotRecomputedAndCopiesStayOnlyWhereRead) {
+  // w needs four ops from x: past the three a reader may copy, so it is written and read.
+  Region r;
+  const int x = r.input(kFloat32, {16});
+  const int a = r.unary(UnaryOp::Exp, x);
+  const int b = r.unary(UnaryOp::Neg, a);
+  const int c = r.unary(UnaryOp::Tanh, b);
+  const int w = r.unary(UnaryOp::Sigmoid, c);
+  const int s = r.reduce(r.unary(UnaryOp::MulScalar, w, {.a = 2}), {0}, /*keepdim=*/true, /*mean=*/false);
+  r.mark_live_out(r.binary(BinaryOp::Add, w, s));
+  const Plan plan = plan_groups(r);
+  EXPECT_EQ(plan.groups.at(0).outputs, list({w, s})) << dump(plan);
+
+  // b is read by an eager op (written by its own group) and copied into the reader of c, whose
+  // own group then needs neither copy: every fused group writes something.
+  Region q;
+  const int qx = q.input(kFloat32, {16});
+  const int qa = q.unary(UnaryOp::Exp, qx);
+  const int qb = q.unary(UnaryOp::Neg, qa);
+  const int qs = q.reduce(q.unary(UnaryOp::Tanh, qb), {0}, /*keepdim=*/true, /*mean=*/false);
+  const int as_int = q.cast(qb, kInt64);
+  const int qc = q.unary(UnaryOp::Sin, qb);
+  q.mark_live_out(as_int);
+  q.mark_live_out(q.binary(BinaryOp::Add, qc, qs));
+  const Plan qplan = plan_groups(q);
+  for (const Group& g : qplan.groups) {
+    EXPECT_FALSE(g.fused && g.outputs.empty()) << dump(qplan);
+  }
+  EXPECT_EQ(qplan.groups.at(0).outputs, list({qb, qs})) << dump(qplan);
+}
+
 TEST(FusionCodegen, BiasGeluMatchesItsGoldenFile) {
   BiasGelu m;
   const Plan plan = plan_groups(m.r);
