@@ -76,6 +76,10 @@ class Writer {
   std::string offset_of(size_t operand) const;
   std::string expression(const Op& op) const;
   bool read_inside(int value) const;
+  // Appends one line of source, indented, to text_.
+  void line(int indent, const std::string& s);
+  // Lines turning the offset in index_ into the coordinates c0 (outermost) .. c{n-1} of dims_.
+  void coordinate_lines(int indent, const char* suffix);
 
   const Region& region_;
   const Group& group_;
@@ -83,7 +87,26 @@ class Writer {
   size_t shift_ = 0;         // dims_.strides[operand + shift_] are the operand's
   std::string index_ = "i";  // the variable holding the offset of a dense operand
   std::string index_type_;
+  std::string text_;  // the kernel's body being written
 };
+
+void Writer::line(int indent, const std::string& s) {
+  text_.append(static_cast<size_t>(indent), ' ');
+  text_ += s;
+  text_ += '\n';
+}
+
+void Writer::coordinate_lines(int indent, const char* suffix) {
+  line(indent, fmt::format("{} r = {};", index_type_, index_));
+  for (size_t d = dims_.sizes.size(); d-- > 0;) {
+    if (d == 0) {
+      line(indent, fmt::format("const {} c0 = r;", index_type_));
+    } else {
+      line(indent,
+           fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d], suffix));
+    }
+  }
+}
 
 // The ops, one line each, reading and defining v<value>.
 std::vector<std::string> Writer::compute_lines(const std::vector<int>& ops) const {
@@ -219,14 +242,8 @@ KernelSource Writer::write() {
   };
   const std::vector<std::string> compute = compute_lines(group_.ops);
 
-  std::string text;
-  const auto line = [&text](int indent, const std::string& s) {
-    text.append(static_cast<size_t>(indent), ' ');
-    text += s;
-    text += '\n';
-  };
+  text_.clear();
   // Operands at the loop index ("i") or at one element ("0") need no coordinates.
-  const size_t nd = dims_.sizes.size();
   std::vector<std::string> offsets;
   bool coordinates = false;
   for (size_t k = 0; k < kernel.operands.size(); ++k) {
@@ -235,17 +252,7 @@ KernelSource Writer::write() {
   }
   // One element per thread: coordinates, loads, the ops, stores.
   const auto scalar_body = [&](int indent) {
-    if (coordinates) {
-      line(indent, fmt::format("{} r = i;", index_type_));
-      for (size_t d = nd; d-- > 0;) {
-        if (d == 0) {
-          line(indent, fmt::format("const {} c0 = r;", index_type_));
-        } else {
-          line(indent, fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d,
-                                   dims_.sizes[d], suffix));
-        }
-      }
-    }
+    if (coordinates) coordinate_lines(indent, suffix);
     for (size_t k = n_out; k < kernel.operands.size(); ++k) line(indent, load(k, offsets[k]));
     for (const std::string& c : compute) line(indent, c);
     for (size_t k = 0; k < n_out; ++k) line(indent, store(k, offsets[k]));
@@ -310,7 +317,7 @@ KernelSource Writer::write() {
     line(2, "}");
   }
   scalar_loop(2, "");
-  const std::string body = text;
+  const std::string body = text_;
 
   const std::string signature_tail = fmt::format(
       "(nabla_fusion::Pointers<{}> p) {{\n  using namespace nabla_fusion;\n", kernel.operands.size());
@@ -379,13 +386,7 @@ KernelSource Writer::write_reduction() {
   }
   const std::vector<std::string> compute = compute_lines(prologue);
 
-  std::string text;
-  const auto line = [&text](int indent, const std::string& s) {
-    text.append(static_cast<size_t>(indent), ' ');
-    text += s;
-    text += '\n';
-  };
-  const size_t nd = dims_.sizes.size();
+  text_.clear();
   std::vector<std::string> offsets;
   bool coordinates = false;
   for (size_t k = 0; k < kernel.operands.size(); ++k) {
@@ -405,17 +406,7 @@ KernelSource Writer::write_reduction() {
               "__device__ long long to_boundary(long long e) const {{ return ({0} - e % {0}) % {0}; }}", V));
   line(2, fmt::format("__device__ __forceinline__ {} operator()(long long e_) const {{", c));
   line(4, fmt::format("const {0} e = static_cast<{0}>(e_);", index_type_));
-  if (coordinates) {
-    line(4, fmt::format("{} r = e;", index_type_));
-    for (size_t d = nd; d-- > 0;) {
-      if (d == 0) {
-        line(4, fmt::format("const {} c0 = r;", index_type_));
-      } else {
-        line(4, fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d],
-                            suffix));
-      }
-    }
-  }
+  if (coordinates) coordinate_lines(4, suffix);
   for (size_t k = n_out; k < kernel.operands.size(); ++k) {
     const Value& v = region_.value(kernel.operands[k]);
     line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
@@ -463,8 +454,8 @@ KernelSource Writer::write_reduction() {
   line(2, "nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);");
   line(0, "}");
 
-  kernel.name = fmt::format("nabla_fused_{:016x}", fnv1a(text));
-  std::string body = text;
+  kernel.name = fmt::format("nabla_fused_{:016x}", fnv1a(text_));
+  std::string body = text_;
   for (size_t at = body.find("NABLA_KERNEL"); at != std::string::npos; at = body.find("NABLA_KERNEL", at)) {
     body.replace(at, std::string("NABLA_KERNEL").size(), kernel.name);
   }

@@ -215,20 +215,28 @@ TEST(SmallCnn, TrainsToFullAccuracyOnCpu) {
   EXPECT_EQ(acc, 1.0) << "after " << step << " steps";
 }
 
+bool same_tokens(const nb::Tensor& a, const nb::Tensor& b) {
+  return a.sizes() == b.sizes() && nb::eq(a, b).to(nb::kInt64).sum().item<int64_t>() == a.numel();
+}
+
+models::LlamaConfig tiny_llama() {
+  return {.vocab = 24,
+          .context = 16,
+          .layers = 2,
+          .heads = 4,
+          .kv_heads = 2,
+          .width = 16,
+          .hidden = 24,
+          .rope_base = 10000.0,
+          .eps = 1e-5,
+          .tie_embeddings = false};
+}
+
 // A tiny grouped-query LLaMA memorizes one batch: its backward (rotary, repeat_kv's expand and
 // reshape, RMSNorm, SwiGLU) carries gradients to every parameter. Hand-written SGD with momentum.
 TEST(Llama, GradientsReachEveryParameterAndATinyModelMemorizesABatch) {
   nb::manual_seed(test_seed());
-  models::Llama model({.vocab = 24,
-                       .context = 16,
-                       .layers = 2,
-                       .heads = 4,
-                       .kv_heads = 2,
-                       .width = 16,
-                       .hidden = 24,
-                       .rope_base = 10000.0,
-                       .eps = 1e-5,
-                       .tie_embeddings = false});
+  models::Llama model(tiny_llama());
   const nb::Tensor tokens = nb::randint(0, 24, {4, 13}, {.dtype = nb::kInt64});
   const nb::Tensor x = tokens.narrow(1, 0, 12), y = tokens.narrow(1, 1, 12);
   auto params = model.parameters();
@@ -254,23 +262,6 @@ TEST(Llama, GradientsReachEveryParameterAndATinyModelMemorizesABatch) {
     }
   }
   EXPECT_LT(last, 0.5 * first) << "loss " << first << " -> " << last;
-}
-
-bool same_tokens(const nb::Tensor& a, const nb::Tensor& b) {
-  return a.sizes() == b.sizes() && nb::eq(a, b).to(nb::kInt64).sum().item<int64_t>() == a.numel();
-}
-
-models::LlamaConfig tiny_llama() {
-  return {.vocab = 24,
-          .context = 16,
-          .layers = 2,
-          .heads = 4,
-          .kv_heads = 2,
-          .width = 16,
-          .hidden = 24,
-          .rope_base = 10000.0,
-          .eps = 1e-5,
-          .tie_embeddings = false};
 }
 
 // The key/value cache gives the logits of a full pass, whether the positions come as a prompt,
