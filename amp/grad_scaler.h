@@ -50,7 +50,7 @@ struct GradScalerOptions {
   // Data-parallel training: makes every rank's inf/NaN flag the maximum over ranks before it is
   // read, so all ranks skip or step together (distributed::agree_found_inf(group) gives one).
   // Called once per device flag (a 1-element float32 tensor), in place.
-  std::function<void(Tensor& found_inf)> reduce_found_inf;
+  std::function<void(Tensor& found_inf)> reduce_found_inf = {};
 };
 
 // One parameter whose gradient is not finite.

@@ -51,14 +51,29 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
               "{}: query, key and value must be (..., T, D) with the same number of dims, got {}, {} and {}",
               kOp, describe(q), describe(k), describe(v));
   const int64_t n = q.dim();
+  // With enable_gqa the heads (dim -3) may differ: k's and v's must divide q's.
+  const int64_t heads_dim = o.enable_gqa ? n - 3 : -1;
+  NABLA_CHECK(!o.enable_gqa || n >= 3,
+              "{}: enable_gqa needs (..., H, T, D) inputs with a heads dim, got {}, {} and {}", kOp,
+              describe(q), describe(k), describe(v));
   bool same_batch = true;
-  for (int64_t d = 0; d < n - 2; ++d)
+  for (int64_t d = 0; d < n - 2; ++d) {
+    if (d == heads_dim) continue;
     same_batch = same_batch && q.size(d) == k.size(d) && q.size(d) == v.size(d);
+  }
   NABLA_CHECK(
       same_batch && q.size(-1) == k.size(-1) && k.size(-2) == v.size(-2),
       "{}: expected query (..., Tq, D), key (..., Tk, D) and value (..., Tk, Dv) with the same leading "
-      "dims, got {}, {} and {}",
-      kOp, shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+      "dims{}, got {}, {} and {}",
+      kOp, o.enable_gqa ? " (but the heads, dim -3)" : " (enable_gqa lets key and value have fewer heads)",
+      shape_str(q.sizes()), shape_str(k.sizes()), shape_str(v.sizes()));
+  if (o.enable_gqa) {
+    const int64_t hq = q.size(-3), hk = k.size(-3);
+    NABLA_CHECK(hk == v.size(-3) && hk > 0 && hq % hk == 0,
+                "{}: with enable_gqa, key and value need one head count that divides the query's {}, got "
+                "key {} and value {} heads",
+                kOp, hq, hk, v.size(-3));
+  }
   NABLA_CHECK(o.dropout >= 0 && o.dropout < 1, "{}: dropout must be in [0, 1), got {}", kOp, o.dropout);
   NABLA_CHECK(!o.scale || (std::isfinite(*o.scale) && *o.scale > 0),
               "{}: scale must be finite and > 0, got {}", kOp, o.scale.value_or(0));
@@ -74,9 +89,21 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Atten
   }
 }
 
+// Grouped-query attention's key/value heads repeated for the math path: head j of t (..., Hkv, T, D)
+// becomes heads j * g .. j * g + g - 1 of the result (..., Hkv * g, T, D), as repeat_interleave.
+Tensor repeat_heads(const Tensor& t, int64_t g) {
+  if (g == 1) return t;
+  Shape grouped = t.sizes(), repeated = t.sizes();
+  grouped.insert(grouped.end() - 2, g);
+  repeated[repeated.size() - 3] *= g;
+  return t.unsqueeze(-3).expand(grouped).reshape(repeated);
+}
+
 // softmax(q k^T * scale + mask) v, with every step an ordinary differentiable op.
-Tensor math_attention(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o,
+Tensor math_attention(const Tensor& q, const Tensor& k_in, const Tensor& v_in, const AttentionOptions& o,
                       double scale) {
+  const int64_t groups = o.enable_gqa ? q.size(-3) / k_in.size(-3) : 1;
+  const Tensor k = repeat_heads(k_in, groups), v = repeat_heads(v_in, groups);
   Tensor scores = matmul(q, k.transpose(-2, -1)) * scale;  // (..., Tq, Tk)
   if (o.causal) {
     const Tensor all = ones({q.size(-2), k.size(-2)}, {.dtype = kBool, .device = q.device()});
@@ -112,7 +139,9 @@ std::string fused_problem(const Tensor& q, const Tensor& k, const Tensor& v, con
   }
   const bool ok =
       ops::on_fused_attention(kOp, q, [&](const ops::FusedAttention& f) { return f.takes(q, k, v); });
-  return ok ? "" : "the fused paths take float16/bfloat16 with D == Dv, a multiple of 8 up to 128";
+  return ok ? ""
+            : "the fused paths take float16/bfloat16 with D == Dv, a multiple of 8 up to 128, and key and "
+              "value heads that divide the query's";
 }
 
 const char* backend_name(AttentionBackend b) {

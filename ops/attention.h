@@ -10,6 +10,11 @@
 // - mask: additive (a floating tensor added to the scores) or boolean (true = attend), of any
 //   shape that broadcasts to (..., Tq, Tk). It may be combined with causal.
 // - dropout: the probability of dropping an attention weight (training only; 0 = none).
+// - enable_gqa: grouped-query attention, as PyTorch's enable_gqa. k and v may have fewer heads
+//   (dim -3) than q, Hkv dividing Hq; query head h attends with key/value head h / (Hq / Hkv), as
+//   repeating each key/value head Hq / Hkv times in place would (Hugging Face's repeat_kv). The
+//   fused paths read the shared heads directly and sum their gradients over each group in the
+//   kernel; the math path repeats them. Without it the head counts must be equal.
 // A query row that every mask hides has softmax weights of 0/0: its output is NaN, as PyTorch's
 // math path gives.
 //
@@ -36,11 +41,12 @@ enum class AttentionBackend { automatic, cudnn, flash, math };
 
 struct AttentionOptions {
   bool causal = false;
-  Tensor mask = {};                // additive or boolean, broadcastable to (..., Tq, Tk)
-  double dropout = 0.0;            // in [0, 1)
-  std::optional<double> scale;     // default 1 / sqrt(D)
-  Generator* generator = nullptr;  // for dropout; nullptr: the default generator of q's device
+  Tensor mask = {};                  // additive or boolean, broadcastable to (..., Tq, Tk)
+  double dropout = 0.0;              // in [0, 1)
+  std::optional<double> scale = {};  // default 1 / sqrt(D)
+  Generator* generator = nullptr;    // for dropout; nullptr: the default generator of q's device
   AttentionBackend backend = AttentionBackend::automatic;
+  bool enable_gqa = false;  // k and v may have fewer heads than q (a divisor of q's)
 };
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,

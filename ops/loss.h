@@ -38,7 +38,7 @@ struct MseLossOptions {
 };
 
 struct BceWithLogitsOptions {
-  Tensor pos_weight;  // optional; broadcasts against the logits (usually (C), one per class)
+  Tensor pos_weight = {};  // optional; broadcasts against the logits (usually (C), one per class)
   Reduction reduction = Reduction::Mean;
 };
 

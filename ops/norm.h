@@ -56,7 +56,7 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
 // pre-norm transformer wants for the linear that reads the result. rms_norm takes it too.
 struct LayerNormOptions {
   double eps = 1e-5;  // added to the variance, > 0
-  std::optional<DType> dtype;
+  std::optional<DType> dtype = {};
 };
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                   const Tensor& bias = {}, LayerNormOptions options = {});
@@ -82,7 +82,7 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized
 // centring (one fused kernel per pass on each backend).
 struct RMSNormOptions {
   std::optional<double> eps;   // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
-  std::optional<DType> dtype;  // the result's dtype, as LayerNormOptions::dtype
+  std::optional<DType> dtype = {};  // the result's dtype, as LayerNormOptions::dtype
 };
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
                 RMSNormOptions options = {});

@@ -1,6 +1,6 @@
 // `nabla-bench llama`: a LLaMA-style model written plainly with the public API, as a user writes
 // it (no fused entry point, no model-zoo code): RMSNorm from pointwise ops and a mean, rotary
-// embedding from halves and cat, grouped-query attention by repeating k and v, a SwiGLU MLP,
+// embedding from halves and cat, grouped-query attention (enable_gqa, as the PyTorch script), a SwiGLU MLP,
 // an untied head; bf16 autocast, AdamW (weight decay on matrices but the embedding), clipping
 // at 1.0. The shapes of bench/pytorch/torch_llama.py (a copy of ../shared/bench/torch_llama.py):
 // width 768, 12 layers, 12 query / 4 key-value heads, hidden 2048, vocab 32000, 1024 tokens.
@@ -73,13 +73,6 @@ struct Block : nn::Module {
                       {"w2", w2},
                       {"w3", w3}});
   }
-  // Each of the kv heads serves heads / kv_heads query heads.
-  Tensor repeat_kv(const Tensor& t) const {
-    const int64_t b = t.size(0), t_len = t.size(2), groups = s.heads / s.kv_heads;
-    return t.unsqueeze(2)
-        .expand({b, s.kv_heads, groups, t_len, s.head_dim()})
-        .reshape({b, s.heads, t_len, s.head_dim()});
-  }
   Tensor forward(const Tensor& x) override { return x; }  // needs the rotary tables: see run()
   Tensor run(const Tensor& x, const Tensor& cos, const Tensor& sin) {
     const int64_t b = x.size(0), t = x.size(1), d = s.head_dim();
@@ -87,7 +80,8 @@ struct Block : nn::Module {
     Tensor q = rope(wq(h).view({b, t, s.heads, d}).transpose(1, 2), cos, sin);
     Tensor k = rope(wk(h).view({b, t, s.kv_heads, d}).transpose(1, 2), cos, sin);
     Tensor v = wv(h).view({b, t, s.kv_heads, d}).transpose(1, 2);
-    Tensor y = scaled_dot_product_attention(q, repeat_kv(k), repeat_kv(v), {.causal = true});
+    // Each of the kv heads serves heads / kv_heads query heads, as torch_llama.py's enable_gqa.
+    Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true, .enable_gqa = true});
     Tensor out = x + wo(y.transpose(1, 2).reshape({b, t, s.width}));
     h = ffn_norm(out);
     return out + w2(silu(w1(h)) * w3(h));

@@ -60,12 +60,10 @@ Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, in
   keys = k;
   values = v;
   const int64_t L = k.size(2);  // every key position: the cached ones, then these
-  if (groups > 1) {
-    // Hugging Face's repeat_kv: key/value head j serves query heads j * groups .. (j + 1) * groups - 1.
-    k = k.unsqueeze(2).expand({B, kv_heads, groups, L, D}).reshape({B, heads, L, D});
-    v = v.unsqueeze(2).expand({B, kv_heads, groups, L, D}).reshape({B, heads, L, D});
-  }
+  // Grouped-query attention reads the shared heads (Hugging Face's repeat_kv, without the copy):
+  // key/value head j serves query heads j * groups .. (j + 1) * groups - 1.
   AttentionOptions attend;
+  attend.enable_gqa = groups > 1;
   if (L == T) {
     attend.causal = true;
   } else if (T > 1) {

@@ -40,7 +40,7 @@ struct LlamaConfig {
 };
 
 // Generation's key/value cache: per layer, the keys and values (B, kv_heads, length, D) of every
-// position run so far, before repeat_kv; `length` positions in all.
+// position run so far, each key/value head stored once; `length` positions in all.
 struct LlamaCache {
   std::vector<Tensor> keys, values;
   int64_t length = 0;

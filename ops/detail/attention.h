@@ -5,8 +5,8 @@
 // route table is ops/cuda/attention/routes.cpp). The CPU has no fused attention: its backend
 // takes nothing, and the front end composes the math path.
 //
-// Layouts (ops/cuda/attention/kernels.h has the details): q (B, H, Tq, D), k (B, H, Tk, D),
-// v (B, H, Tk, D) of one 16-bit dtype with unit last stride; out (B, H, Tq, D) of any such
+// Layouts (ops/cuda/attention/kernels.h has the details): q (B, H, Tq, D), k (B, Hkv, Tk, D),
+// v (B, Hkv, Tk, D) (Hkv dividing H: grouped-query attention) of one 16-bit dtype with unit last stride; out (B, H, Tq, D) of any such
 // strides; lse (B, H, Tq) float32, each row's log-sum-exp of the scaled, masked scores, which
 // the backward needs and which every route writes alike (so any backward can follow any forward).
 #pragma once

@@ -43,7 +43,7 @@ struct Op {
   BinaryOp binary = BinaryOp::Count;
   UnaryParams params{};
   double alpha = 1.0;
-  Shape dims;         // Reduce: the reduced dims of args[0], ascending
+  Shape dims = {};    // Reduce: the reduced dims of args[0], ascending
   bool mean = false;  // Reduce: divide by the number of reduced elements
   std::vector<int> args;
   int result = -1;

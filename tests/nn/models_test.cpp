@@ -232,8 +232,8 @@ models::LlamaConfig tiny_llama() {
           .tie_embeddings = false};
 }
 
-// A tiny grouped-query LLaMA memorizes one batch: its backward (rotary, repeat_kv's expand and
-// reshape, RMSNorm, SwiGLU) carries gradients to every parameter. Hand-written SGD with momentum.
+// A tiny grouped-query LLaMA memorizes one batch: its backward (rotary, grouped-query attention's
+// sums over each group, RMSNorm, SwiGLU) carries gradients to every parameter. Hand-written SGD with momentum.
 TEST(Llama, GradientsReachEveryParameterAndATinyModelMemorizesABatch) {
   nb::manual_seed(test_seed());
   models::Llama model(tiny_llama());

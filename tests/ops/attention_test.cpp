@@ -168,6 +168,76 @@ TEST(Attention, BadInputsNameWhatIsWrong) {
                         scaled_dot_product_attention(q, k, v), 0, 0));
 }
 
+// ---- grouped-query attention ---------------------------------------------------------------------
+
+// t (B, Hkv, T, D) with each head copied g times in place, element by element: head h of the
+// result is head h / g of t (Hugging Face's repeat_kv).
+Tensor loop_repeat_heads(const Tensor& t, int64_t g) {
+  const int64_t B = t.size(0), H = t.size(1), T = t.size(2), D = t.size(3);
+  const auto from = t.to(kFloat64).contiguous().to_vector<double>();
+  std::vector<double> to(static_cast<size_t>(B * H * g * T * D));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H * g; ++h) {
+      for (int64_t e = 0; e < T * D; ++e)
+        to[((b * H * g + h) * T * D) + e] = from[((b * H + h / g) * T * D) + e];
+    }
+  }
+  return tensor<double>(to, {B, H * g, T, D});
+}
+
+TEST(Attention, GroupedQueryHeadsShareKeysAndValues) {
+  // 6 query heads over 1, 2, 3 and 6 key/value heads; causal or with an additive bias; Tq != Tk.
+  for (int64_t kv_heads : {1, 2, 3, 6}) {
+    const uint64_t seed = test_seed() + static_cast<uint64_t>(kv_heads);
+    const Tensor q = random_input({2, 6, 5, 4}, seed, kFloat64);
+    const Tensor k = random_input({2, kv_heads, 7, 4}, seed + 1, kFloat64);
+    const Tensor v = random_input({2, kv_heads, 7, 3}, seed + 2, kFloat64);
+    const Tensor rk = loop_repeat_heads(k, 6 / kv_heads), rv = loop_repeat_heads(v, 6 / kv_heads);
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.causal = true, .enable_gqa = true}),
+                          loop_attention(q, rk, rv, true, {}, 0.5), 1e-12, 1e-12))
+        << kv_heads << " kv heads";
+    const Tensor bias = random_input({5, 7}, seed + 3, kFloat64);
+    EXPECT_TRUE(all_close(scaled_dot_product_attention(q, k, v, {.mask = bias, .enable_gqa = true}),
+                          loop_attention(q, rk, rv, false, bias.expand({2, 6, 5, 7}), 0.5), 1e-12, 1e-12))
+        << kv_heads << " kv heads, bias";
+  }
+}
+
+TEST(Attention, GroupedQueryGradientsSumOverEachGroup) {
+  // k and v's gradients are the sums over the query heads each serves: float64 gradcheck, and
+  // against the gradients through explicitly repeated heads.
+  const Tensor q = random_input({1, 4, 3, 4}, test_seed(), kFloat64, true);
+  const Tensor k = random_input({1, 2, 5, 4}, test_seed() + 1, kFloat64, true);
+  const Tensor v = random_input({1, 2, 5, 3}, test_seed() + 2, kFloat64, true);
+  auto fn = [](const TensorList& in) {
+    return scaled_dot_product_attention(in[0], in[1], in[2], {.causal = true, .enable_gqa = true});
+  };
+  EXPECT_TRUE(gradcheck(fn, {q, k, v}));
+  const Tensor dout = random_input({1, 4, 3, 3}, test_seed() + 3, kFloat64);
+  fn({q, k, v}).backward(dout);
+  const Tensor k2 = k.detach().requires_grad_(true), v2 = v.detach().requires_grad_(true);
+  // Repeating by concatenation along the heads in the right order, another way than the op's.
+  const Tensor rk = cat({k2.narrow(1, 0, 1), k2.narrow(1, 0, 1), k2.narrow(1, 1, 1), k2.narrow(1, 1, 1)}, 1);
+  const Tensor rv = cat({v2.narrow(1, 0, 1), v2.narrow(1, 0, 1), v2.narrow(1, 1, 1), v2.narrow(1, 1, 1)}, 1);
+  scaled_dot_product_attention(q.detach(), rk, rv, {.causal = true}).backward(dout);
+  EXPECT_TRUE(all_close(k.grad(), k2.grad(), 1e-12, 1e-12));
+  EXPECT_TRUE(all_close(v.grad(), v2.grad(), 1e-12, 1e-12));
+}
+
+TEST(Attention, GroupedQueryErrorsNameTheHeads) {
+  const Tensor q = random_input({1, 6, 4, 8}, test_seed());
+  const Tensor k = random_input({1, 4, 4, 8}, test_seed() + 1);
+  const Tensor k2 = random_input({1, 2, 4, 8}, test_seed() + 2);
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k2, k2),
+                     "enable_gqa lets key and value have fewer heads");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k, k, {.enable_gqa = true}), "divides the query's 6",
+                     "key 4 and value 4 heads");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q, k2, k, {.enable_gqa = true}), "key 2 and value 4");
+  EXPECT_NABLA_ERROR(scaled_dot_product_attention(q.select(0, 0).select(0, 0), k.select(0, 0).select(0, 0),
+                                                  k.select(0, 0).select(0, 0), {.enable_gqa = true}),
+                     "enable_gqa needs (..., H, T, D)");
+}
+
 // ---- rotary embedding ----------------------------------------------------------------------------
 
 // Rotates pairs (i, i + D/2), or (2i, 2i + 1) when interleaved, by (offset + t) * base^(-2i/D).

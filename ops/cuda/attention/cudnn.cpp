@@ -15,6 +15,11 @@
 // (B, T, H, D) buffer, and dq, dk, dv as views of one gradient buffer (Note [Attention layouts])
 // are read and written in place.
 //
+// Grouped-query attention: k and v (and dk, dv) are declared with their own, fewer heads, and the
+// matmuls that read them broadcast each over its group of query heads. The backward's dk and dv
+// products are per query head ((B, H, Tk, D), virtual), each reduced (ADD) onto the key/value
+// heads, the pattern cudnn-frontend's SDPA backward lowers grouped heads to.
+//
 // Building a plan (heuristics, sometimes a runtime compilation) costs milliseconds to seconds,
 // so plans are cached per thread and problem (dtype, shapes, strides, causal, device); so is a refusal,
 // whose reason the caller reports when cuDNN was asked for by name. Running a plan takes its
@@ -97,6 +102,8 @@ std::string problem(const Tensor& q, const Tensor& k, const Tensor& v, bool back
   const int64_t D = q.size(3), Tq = q.size(2), Tk = k.size(2);
   if (D % 8 != 0 || D > 128 || v.size(3) != D)
     return "nabla's cuDNN attention takes D == Dv, a multiple of 8 up to 128";
+  if (k.size(1) != v.size(1) || q.size(1) % k.size(1) != 0)
+    return "key and value need one head count that divides the query's";
   if (q.numel() == 0 || Tk == 0) return "empty inputs";
   // Before 9.15.1 cudnn-frontend adds a padding mask to the backward unless T % 128 == 0; nabla
   // does not build that variant.
@@ -205,7 +212,16 @@ std::optional<Plan> backward_plan(const Tensor& dout, const Tensor& q, const Ten
   const std::vector<int64_t> t_strides = {sd[1] * sd[2] * sd[3], sd[2] * sd[3], 1, sd[3]};
   const int64_t p_t = g.virtual_tensor(sd_t, type, t_strides);
   g.reshape(p, p_t);
-  g.matmul(p_t, kDout, kDv);
+  // With grouped heads, a product per query head reduced onto each key/value head.
+  const bool grouped = k.size(1) != q.size(1);
+  const auto per_query_head = [&](int64_t a, int64_t b, int64_t into, const Tensor& like) {
+    if (!grouped) return g.matmul(a, b, into);
+    const std::vector<int64_t> full = {q.size(0), q.size(1), like.size(2), like.size(3)};
+    const int64_t product = g.virtual_tensor(full, type, cudnn_graph::dense_strides(full));
+    g.matmul(a, b, product);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, product, into);
+  };
+  per_query_head(p_t, kDout, kDv, dv);
   // ds = p (dout v^T - delta) * scale.
   const int64_t dp = g.virtual_tensor(sd), centred_dp = g.virtual_tensor(sd), pds = g.virtual_tensor(sd);
   const int64_t ds = g.virtual_tensor(sd);
@@ -216,7 +232,7 @@ std::optional<Plan> backward_plan(const Tensor& dout, const Tensor& q, const Ten
   // dk = ds^T q.
   const int64_t ds_t = g.virtual_tensor(sd_t, type, t_strides);
   g.reshape(ds, ds_t);
-  g.matmul(ds_t, kQ, kDk);
+  per_query_head(ds_t, kQ, kDk, dk);
   // dq = ds k, k read untransposed through a reshape of k^T.
   const int64_t k_plain = g.virtual_tensor(dims_of(k), CUDNN_DATA_FLOAT, strides_of(k));
   g.reshape(kK, k_plain);

@@ -42,17 +42,18 @@ constexpr int kDsStride = kQueryRows + 8;  // row stride of the ds^T tile (see a
 template <typename T>
 struct BackwardParams {
   const T* q;          // (B, H, Tq, D)
-  const T* k;          // (B, H, Tk, D)
-  const T* v;          // (B, H, Tk, D)
+  const T* k;          // (B, H / group, Tk, D)
+  const T* v;          // (B, H / group, Tk, D)
   const T* dout;       // (B, H, Tq, D)
   const float* mask;   // (B|1, H|1, Tq, Tk) or null
   const float* lse;    // (B, H, Tq)
   const float* delta;  // (B, H, Tq)
   float* dq_sum;       // (B, H, Tq, D), float32, unscaled
-  T* dk;               // (B, H, Tk, D)
-  T* dv;               // (B, H, Tk, D)
+  T* dk;               // (B, H / group, Tk, D)
+  T* dv;               // (B, H / group, Tk, D)
   Strides q_strides, k_strides, v_strides, dout_strides, mask_strides, dk_strides, dv_strides;
   int H, Tq, Tk, D;
+  int group;  // query heads per key/value head (grouped-query attention; 1 without)
   float scale;
   bool causal;
   bool vector_in;   // q, k, v and dout move in 16-byte pieces
@@ -142,7 +143,30 @@ __device__ __forceinline__ void load_query_tile(const BackwardParams<T>& p, int 
   }
 }
 
-// Grid (key tiles, H, B), kThreads threads; see the file's opening note.
+// What a block reads of query head h: its q, dout, lse, delta and mask rows.
+template <typename T>
+struct QueryHead {
+  const T* q;
+  const T* dout;
+  const float* lse;
+  const float* delta;
+  const float* mask;
+  int64_t bh;  // b * H + h, the head's row block in lse, delta and the dq buffer
+};
+
+template <typename T>
+__device__ __forceinline__ QueryHead<T> query_head(const BackwardParams<T>& p, int b, int h) {
+  const int64_t bh = int64_t{b} * p.H + h;
+  return {.q = p.q + b * p.q_strides.batch + h * p.q_strides.head,
+          .dout = p.dout + b * p.dout_strides.batch + h * p.dout_strides.head,
+          .lse = p.lse + bh * p.Tq,
+          .delta = p.delta + bh * p.Tq,
+          .mask = p.mask ? p.mask + b * p.mask_strides.batch + h * p.mask_strides.head : nullptr,
+          .bh = bh};
+}
+
+// Grid (key tiles, H / group, B), kThreads threads; see the file's opening note. With grouped
+// heads the walk covers the query tiles of each of the group's query heads in turn.
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constant__ BackwardParams<T> p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -158,29 +182,27 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int b = blockIdx.z, h = blockIdx.y;
+  const int b = blockIdx.z, hk = blockIdx.y;  // hk: the key/value head
   const int k0 = blockIdx.x * kKeyRows;
-  const int64_t bh = int64_t{b} * p.H + h;
-
-  const T* q = p.q + b * p.q_strides.batch + h * p.q_strides.head;
-  const T* dout = p.dout + b * p.dout_strides.batch + h * p.dout_strides.head;
-  const float* lse = p.lse + bh * p.Tq;
-  const float* delta = p.delta + bh * p.Tq;
-  const float* mask = p.mask ? p.mask + b * p.mask_strides.batch + h * p.mask_strides.head : nullptr;
 
   const int key_rows = p.Tk - k0;
-  load_tile<kKeyRows, kD, kThreads>(k_tile,
-                                    p.k + b * p.k_strides.batch + h * p.k_strides.head + k0 * p.k_strides.row,
-                                    p.k_strides, p.D, p.vector_in, [&](int r) { return r < key_rows; });
-  load_tile<kKeyRows, kD, kThreads>(v_tile,
-                                    p.v + b * p.v_strides.batch + h * p.v_strides.head + k0 * p.v_strides.row,
-                                    p.v_strides, p.D, p.vector_in, [&](int r) { return r < key_rows; });
-  // Under causal, queries before k0 see none of these keys.
+  load_tile<kKeyRows, kD, kThreads>(
+      k_tile, p.k + b * p.k_strides.batch + hk * p.k_strides.head + k0 * p.k_strides.row, p.k_strides, p.D,
+      p.vector_in, [&](int r) { return r < key_rows; });
+  load_tile<kKeyRows, kD, kThreads>(
+      v_tile, p.v + b * p.v_strides.batch + hk * p.v_strides.head + k0 * p.v_strides.row, p.v_strides, p.D,
+      p.vector_in, [&](int r) { return r < key_rows; });
+  // Under causal, queries before k0 see none of these keys. The walk is over steps: step j is
+  // query tile first + j % tiles of query head hk * group + j / tiles.
   const int first = p.causal ? k0 / kQueryRows : 0;
   const int query_tiles = (p.Tq + kQueryRows - 1) / kQueryRows;
-  if (first < query_tiles) {
-    load_query_tile<T, kD>(p, first * kQueryRows, q, dout, lse, delta, q_tiles, dout_tiles, lse_tiles,
-                           delta_tiles);
+  const int tiles = max(query_tiles - first, 0);
+  const int steps = tiles * p.group;
+  const auto step_head = [&](int j) { return query_head(p, b, hk * p.group + j / tiles); };
+  if (steps > 0) {
+    const QueryHead<T> head = step_head(0);
+    load_query_tile<T, kD>(p, first * kQueryRows, head.q, head.dout, head.lse, head.delta, q_tiles,
+                           dout_tiles, lse_tiles, delta_tiles);
   }
   cp_async_commit();
 
@@ -191,12 +213,15 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
   const T* k_rows = k_tile + warp * 16 * kStride;  // the warp's 16 keys
   const T* v_rows = v_tile + warp * 16 * kStride;
 
-  for (int it = first; it < query_tiles; ++it) {
-    const int buf = (it - first) % 2;
-    const int q0 = it * kQueryRows;
-    if (it + 1 < query_tiles) {
-      load_query_tile<T, kD>(p, q0 + kQueryRows, q, dout, lse, delta,
-                             q_tiles + (1 - buf) * kQueryRows * kStride,
+  for (int j = 0; j < steps; ++j) {
+    const int buf = j % 2;
+    const int q0 = (first + j % tiles) * kQueryRows;
+    const QueryHead<T> head = step_head(j);
+    const float* mask = head.mask;
+    if (j + 1 < steps) {
+      const QueryHead<T> next = step_head(j + 1);
+      load_query_tile<T, kD>(p, (first + (j + 1) % tiles) * kQueryRows, next.q, next.dout, next.lse,
+                             next.delta, q_tiles + (1 - buf) * kQueryRows * kStride,
                              dout_tiles + (1 - buf) * kQueryRows * kStride,
                              lse_tiles + (1 - buf) * kQueryRows, delta_tiles + (1 - buf) * kQueryRows);
       cp_async_commit();
@@ -319,7 +344,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
       for (int r = 0; r < 2; ++r) {
         const int i = q0 + qb * 16 + g + 8 * r;
         if (i >= p.Tq) continue;
-        float* row = p.dq_sum + (bh * p.Tq + i) * p.D;
+        float* row = p.dq_sum + (head.bh * p.Tq + i) * p.D;
         for (int nb = 0; nb < kD / 16; ++nb) {
           const int col = c0 + nb * 8 + 2 * t;
           if (col >= p.D) continue;
@@ -344,9 +369,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
   stage_rows<kD>(dk_rows, dk, p.scale);
   stage_rows<kD>(dv_rows, dv, 1.f);
   __syncwarp();
-  store_rows<kD>(p.dk + b * p.dk_strides.batch + h * p.dk_strides.head + warp_key0 * p.dk_strides.row,
+  store_rows<kD>(p.dk + b * p.dk_strides.batch + hk * p.dk_strides.head + warp_key0 * p.dk_strides.row,
                  p.dk_strides.row, dk_rows, p.Tk - warp_key0, p.D, p.vector_out);
-  store_rows<kD>(p.dv + b * p.dv_strides.batch + h * p.dv_strides.head + warp_key0 * p.dv_strides.row,
+  store_rows<kD>(p.dv + b * p.dv_strides.batch + hk * p.dv_strides.head + warp_key0 * p.dv_strides.row,
                  p.dv_strides.row, dv_rows, p.Tk - warp_key0, p.D, p.vector_out);
 #endif
 }
@@ -410,12 +435,13 @@ void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor&
             .Tq = static_cast<int>(Tq),
             .Tk = static_cast<int>(Tk),
             .D = static_cast<int>(D),
+            .group = static_cast<int>(H / k.size(1)),
             .scale = static_cast<float>(scale),
             .causal = causal,
             .vector_in = vector_ok(q) && vector_ok(k) && vector_ok(v) && vector_ok(dout),
             .vector_out = vector_ok(dk) && vector_ok(dv)};
-        const dim3 grid(static_cast<unsigned>((Tk + kKeyRows - 1) / kKeyRows), static_cast<unsigned>(H),
-                        static_cast<unsigned>(B));
+        const dim3 grid(static_cast<unsigned>((Tk + kKeyRows - 1) / kKeyRows),
+                        static_cast<unsigned>(k.size(1)), static_cast<unsigned>(B));
         dispatch_head_size(D, [&]<int kD>() {
           constexpr int bytes = backward_shared_bytes<kD>();
           allow_shared_memory(backward_kernel<T, kD>, bytes);

@@ -43,6 +43,11 @@
 // Head sizes: D a multiple of 8 up to 128 runs in the kernel for kD = D rounded up to 32, 64, 96
 // or 128, the columns past D zero-filled in shared memory (zero columns add nothing to q k^T, and
 // the output columns past D are not stored).
+//
+// Grouped-query attention (k and v with H / group heads): query head h reads key/value head
+// h / group where it would read head h, with no copy. The backward's blocks own keys of one
+// key/value head and walk the query tiles of each query head of its group in turn, so dk and dv
+// are summed over the group in registers.
 #include <cmath>
 
 #include "nabla/core/cuda/device_guard.h"
@@ -68,13 +73,14 @@ constexpr int kMinBlocksPerSm = 2;
 template <typename T>
 struct ForwardParams {
   const T* q;         // (B, H, Tq, D)
-  const T* k;         // (B, H, Tk, D)
-  const T* v;         // (B, H, Tk, D)
+  const T* k;         // (B, H / group, Tk, D)
+  const T* v;         // (B, H / group, Tk, D)
   const float* mask;  // (B|1, H|1, Tq, Tk) or null
   T* out;             // (B, H, Tq, D)
   float* lse;         // (B, H, Tq), contiguous
   Strides q_strides, k_strides, v_strides, mask_strides, out_strides;
   int H, Tq, Tk, D;
+  int group;  // query heads per key/value head (grouped-query attention; 1 without)
   float scale;
   bool causal;
   bool vector_in;   // q, k and v move in 16-byte pieces (vector_ok)
@@ -105,8 +111,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int warp_row0 = q0 + warp * 16;  // the warp's first query
 
   const T* q = p.q + b * p.q_strides.batch + h * p.q_strides.head + q0 * p.q_strides.row;
-  const T* k = p.k + b * p.k_strides.batch + h * p.k_strides.head;
-  const T* v = p.v + b * p.v_strides.batch + h * p.v_strides.head;
+  const int hk = h / p.group;  // the key/value head query head h reads
+  const T* k = p.k + b * p.k_strides.batch + hk * p.k_strides.head;
+  const T* v = p.v + b * p.v_strides.batch + hk * p.v_strides.head;
   const float* mask = p.mask ? p.mask + b * p.mask_strides.batch + h * p.mask_strides.head : nullptr;
 
   int key_tiles = (p.Tk + kKeyRows - 1) / kKeyRows;
@@ -266,9 +273,9 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4) return false;
   const int64_t D = q.size(3);
   if (D % 8 != 0 || D <= 0 || D > 128 || k.size(3) != D || v.size(3) != D) return false;
-  for (int d = 0; d < 2; ++d) {
-    if (k.size(d) != q.size(d) || v.size(d) != q.size(d)) return false;
-  }
+  // Grouped-query attention: k and v share a head count that divides q's.
+  if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != v.size(1)) return false;
+  if (k.size(1) == 0 || q.size(1) % k.size(1) != 0) return false;
   if (k.size(2) != v.size(2)) return false;
   // Grid limits: (b, h) are the grid's z and y; the kernels index rows with int.
   if (q.size(0) > 65535 || q.size(1) > 65535) return false;
@@ -314,6 +321,7 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
           .Tq = static_cast<int>(Tq),
           .Tk = static_cast<int>(Tk),
           .D = static_cast<int>(D),
+          .group = static_cast<int>(H / k.size(1)),
           .scale = static_cast<float>(scale),
           .causal = causal,
           .vector_in = vector_ok(q) && vector_ok(k) && vector_ok(v),

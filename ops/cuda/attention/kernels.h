@@ -3,8 +3,9 @@
 // never synchronizes the host, and takes scratch memory only from the caching allocator.
 //
 // Shapes (every tensor on one CUDA device):
-//   q (B, H, Tq, D), k (B, H, Tk, D), v (B, H, Tk, D): float16 or bfloat16, one dtype, any strides
-//     whose last dim is 1 (the front end makes them so);
+//   q (B, H, Tq, D), k (B, Hkv, Tk, D), v (B, Hkv, Tk, D): float16 or bfloat16, one dtype, any
+//     strides whose last dim is 1 (the front end makes them so); Hkv divides H (grouped-query
+//     attention: query head h reads key/value head h / (H / Hkv); Hkv = H without);
 //   out (B, H, Tq, D) of q's dtype, any strides whose last dim is 1 (say the transpose(1, 2) view
 //     of a (B, Tq, H, D) tensor); lse (B, H, Tq) float32, contiguous: the log of each row's softmax
 //     denominator, in the scaled-score domain (scores * scale + mask);
@@ -36,13 +37,14 @@ const char* route_name(AttentionRoute route);
 AttentionRoute attention_route(const AttentionCall& call);
 
 // True when the fused kernels take these inputs: float16/bfloat16, D == Dv, D a multiple of 8 and
-// at most 128, q/k/v on one CUDA device with one dtype.
+// at most 128, q/k/v on one CUDA device with one dtype, k's and v's heads dividing q's.
 bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v);
 
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
                              bool causal, double scale, const Tensor& out, const Tensor& lse);
 
-// dout and out (the forward's) are read at any strides. dq, dk, dv have the shapes of q, k, v and
+// dout and out (the forward's) are read at any strides. dq, dk, dv have the shapes of q, k, v (dk
+// and dv summed over each key/value head's group of query heads) and
 // q's dtype, any strides whose last dim is 1 (say views of one (B, T, 3, H, D) gradient buffer);
 // every element is written. dq is accumulated in a contiguous float32 scratch buffer first.
 void flash_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,

@@ -32,13 +32,15 @@ struct Case {
   bool causal;
   int mask;         // 0 none, 1 additive (B, 1, Tq, Tk), 2 boolean key padding (B, 1, 1, Tk)
   bool transposed;  // q, k, v as (B, T, H, D).transpose(1, 2)
+  int64_t Hkv = 0;  // key/value heads (grouped-query attention); 0: H
+  int64_t kv_heads() const { return Hkv == 0 ? H : Hkv; }
 };
 
-Tensor make(const Case& c, int64_t T, uint64_t seed, DType dtype) {
+Tensor make(const Case& c, int64_t T, int64_t H, uint64_t seed, DType dtype) {
   if (c.transposed) {
-    return random_input({c.B, T, c.H, c.D}, seed, kFloat32).to(kGpu, dtype).transpose(1, 2);
+    return random_input({c.B, T, H, c.D}, seed, kFloat32).to(kGpu, dtype).transpose(1, 2);
   }
-  return random_input({c.B, c.H, T, c.D}, seed, kFloat32).to(kGpu, dtype);
+  return random_input({c.B, H, T, c.D}, seed, kFloat32).to(kGpu, dtype);
 }
 
 Tensor make_mask(const Case& c, uint64_t seed) {
@@ -65,8 +67,8 @@ Result run(const Tensor& q0, const Tensor& k0, const Tensor& v0, const Tensor& d
   const Tensor q = q0.to(dtype).detach().requires_grad_(true);
   const Tensor k = k0.to(dtype).detach().requires_grad_(true);
   const Tensor v = v0.to(dtype).detach().requires_grad_(true);
-  const Tensor y =
-      scaled_dot_product_attention(q, k, v, {.causal = c.causal, .mask = mask, .backend = backend});
+  const Tensor y = scaled_dot_product_attention(
+      q, k, v, {.causal = c.causal, .mask = mask, .backend = backend, .enable_gqa = c.kv_heads() != c.H});
   y.backward(dout.to(dtype));
   return {y, q.grad(), k.grad(), v.grad()};
 }
@@ -96,8 +98,8 @@ std::string cudnn_refusal(const Tensor& q, const Tensor& k, const Tensor& v, con
 void expect_fused_matches_float32(const Case& c, DType dtype, AttentionBackend backend) {
   Fp32Exact exact;
   const uint64_t seed = test_seed() + static_cast<uint64_t>(c.Tq * 131 + c.D + c.mask * 7 + c.causal);
-  const Tensor q = make(c, c.Tq, seed, dtype), k = make(c, c.Tk, seed + 1, dtype),
-               v = make(c, c.Tk, seed + 2, dtype);
+  const Tensor q = make(c, c.Tq, c.H, seed, dtype), k = make(c, c.Tk, c.kv_heads(), seed + 1, dtype),
+               v = make(c, c.Tk, c.kv_heads(), seed + 2, dtype);
   const Tensor dout = random_input({c.B, c.H, c.Tq, c.D}, seed + 3, kFloat32).to(kGpu, dtype);
   const Tensor mask = make_mask(c, seed + 4);
   if (backend == AttentionBackend::cudnn) {
@@ -113,8 +115,8 @@ void expect_fused_matches_float32(const Case& c, DType dtype, AttentionBackend b
   EXPECT_EQ(fused.y.dtype(), dtype);
   const double tol = dtype == kFloat16 ? 5e-3 : 2e-2;
   const std::string what =
-      fmt::format("{} {} B{} H{} Tq{} Tk{} D{} causal {} mask {} transposed {}", name(backend),
-                  dtype_name(dtype), c.B, c.H, c.Tq, c.Tk, c.D, c.causal, c.mask, c.transposed);
+      fmt::format("{} {} B{} H{} Hkv{} Tq{} Tk{} D{} causal {} mask {} transposed {}", name(backend),
+                  dtype_name(dtype), c.B, c.H, c.kv_heads(), c.Tq, c.Tk, c.D, c.causal, c.mask, c.transposed);
   EXPECT_LT(relative_error(fused.y, ref.y), tol) << what;
   EXPECT_LT(relative_error(fused.dq, ref.dq), 2 * tol) << what << " dq";
   EXPECT_LT(relative_error(fused.dk, ref.dk), 2 * tol) << what << " dk";
@@ -149,6 +151,31 @@ TEST(CudaAttention, FusedMatchesTheFloat32MathPath) {
     for (DType dtype : {kFloat16, kBFloat16}) {
       for (const Case& c : cases) expect_fused_matches_float32(c, dtype, backend);
     }
+  }
+}
+
+// Grouped-query attention on every route: 12 query heads over 1, 2, 4 and 12 key/value heads,
+// causal and not, a mask, sequence lengths that are and are not tile multiples; the fused kernels
+// read the shared heads and sum dk and dv over each group, against the math path's repeated heads.
+// cuDNN must take the LLaMA shape (T 256, D 64, causal, no mask).
+TEST(CudaAttention, GroupedQueryHeadsMatchTheFloat32MathPath) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t kv : {1, 2, 4, 12}) {
+    const std::vector<Case> cases = {
+        {2, 12, 256, 256, 64, true, 0, false, kv},
+        {1, 12, 77, 77, 64, false, 0, true, kv},
+        {1, 12, 100, 140, 128, false, 1, false, kv},
+    };
+    for (const ops::cuda::AttentionRoute route : ops::cuda::attention_routes()) {
+      for (DType dtype : {kFloat16, kBFloat16}) {
+        for (const Case& c : cases) expect_fused_matches_float32(c, dtype, forcing(route));
+      }
+    }
+    // The first case is the LLaMA shape: cuDNN must take it, forward and backward.
+    const Tensor q = make(cases[0], 256, 12, test_seed(), kBFloat16);
+    const Tensor k = make(cases[0], 256, kv, test_seed() + 1, kBFloat16);
+    const Tensor dout = make(cases[0], 256, 12, test_seed() + 2, kBFloat16);
+    EXPECT_EQ(cudnn_refusal(q, k, k, dout, true), "") << kv << " kv heads";
   }
 }
 
