@@ -255,33 +255,6 @@ Tensor fused_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_i
 
 }  // namespace
 
-Tensor rotary_embedding(const Tensor& x, RotaryOptions options) {
-  ops::check_defined("rotary_embedding", x, "input");
-  NABLA_CHECK(x.is_floating_point() && x.dim() >= 2 && x.size(-1) % 2 == 0,
-              "rotary_embedding: expected a floating (..., T, D) input with D even, got {}", describe(x));
-  NABLA_CHECK(options.base > 0 && std::isfinite(options.base) && options.offset >= 0,
-              "rotary_embedding: base must be finite and > 0 and offset >= 0, got base {} and offset {}",
-              options.base, options.offset);
-  const int64_t T = x.size(-2), D = x.size(-1), half = D / 2;
-  const TensorOptions math{.dtype = x.dtype() == kFloat64 ? kFloat64 : kFloat32, .device = x.device()};
-  const Tensor inverse_frequency =
-      exp(arange(static_cast<double>(half), math) * (-2.0 * std::log(options.base) / static_cast<double>(D)));
-  const Tensor position =
-      arange(static_cast<double>(options.offset), static_cast<double>(options.offset + T), 1.0, math);
-  const Tensor angle = position.unsqueeze(1) * inverse_frequency.unsqueeze(0);  // (T, D/2)
-  const Tensor c = cos(angle), s = sin(angle);
-  if (options.interleaved) {
-    Shape pairs = x.sizes();
-    pairs.back() = half;
-    pairs.push_back(2);
-    const Tensor xp = x.reshape(pairs);  // (..., T, D/2, 2)
-    const Tensor a = xp.select(-1, 0), b = xp.select(-1, 1);
-    return stack({a * c - b * s, b * c + a * s}, -1).flatten(-2).to(x.dtype());
-  }
-  const Tensor a = x.narrow(-1, 0, half), b = x.narrow(-1, half, half);
-  return cat({a * c - b * s, b * c + a * s}, -1).to(x.dtype());
-}
-
 Tensor scaled_dot_product_attention(const Tensor& q_arg, const Tensor& k_arg, const Tensor& v_arg,
                                     const AttentionOptions& options) {
   // Autocast: lower precision, as matmul (PyTorch's list has it there too); the mask keeps its dtype.

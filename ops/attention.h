@@ -31,6 +31,7 @@
 
 #include "nabla/core/generator.h"
 #include "nabla/core/tensor.h"
+#include "nabla/ops/rotary.h"  // rotary embeddings, attention's usual companion
 
 namespace nabla {
 
@@ -51,19 +52,5 @@ struct AttentionOptions {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {});
-
-// Rotary position embedding (RoFormer; used by LLaMA and GPT-NeoX): rotates each pair of features
-// (a, b) of the row at position t by the angle t * base^(-2i / D), i the pair's index:
-//   (a, b) -> (a cos - b sin, b cos + a sin).
-// x is (..., T, D) with D even, usually q or k as (B, H, T, D); the row at index j along T has
-// position offset + j. The angles are computed in float32 (float64 for float64 x) and the result
-// has x's dtype. Differentiable.
-struct RotaryOptions {
-  double base = 10000.0;
-  int64_t offset = 0;        // the position of x's first row (decoding with a key/value cache)
-  bool interleaved = false;  // pairs (2i, 2i + 1) as GPT-J and Meta's LLaMA code; default: pairs
-                             // (i, i + D/2), the halves of Hugging Face's LLaMA and GPT-NeoX
-};
-Tensor rotary_embedding(const Tensor& x, RotaryOptions options = {});
 
 }  // namespace nabla

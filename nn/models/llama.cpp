@@ -23,14 +23,16 @@ RMSNormOptions norm_options(const LlamaConfig& c) {
 
 }  // namespace
 
-LlamaAttention::LlamaAttention(const LlamaConfig& c)
+LlamaAttention::LlamaAttention(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope_tables)
     : q_proj(projection(c.width, c.width)),
       k_proj(projection(c.width, c.width / c.heads * c.kv_heads)),
       v_proj(projection(c.width, c.width / c.heads * c.kv_heads)),
       o_proj(projection(c.width, c.width)),
       heads(c.heads),
       kv_heads(c.kv_heads),
-      rope_base(c.rope_base) {
+      context(c.context),
+      rope_options{.base = c.rope_base, .scaling = c.rope_scaling},
+      rope(rope_tables ? std::move(rope_tables) : std::make_shared<RotaryCache>()) {
   NABLA_CHECK(c.heads > 0 && c.width % c.heads == 0 && (c.width / c.heads) % 2 == 0,
               "Llama: width {} must be a multiple of heads {} with an even head size", c.width, c.heads);
   NABLA_CHECK(c.kv_heads > 0 && c.heads % c.kv_heads == 0,
@@ -47,11 +49,13 @@ Tensor LlamaAttention::forward(const Tensor& x) {
 
 Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads, groups = heads / kv_heads;
-  RotaryOptions rope;
-  rope.base = rope_base;
-  rope.offset = offset;
-  const Tensor q = rotary_embedding(q_proj(x).view({B, T, heads, D}).transpose(1, 2), rope);
-  Tensor k = rotary_embedding(k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), rope);
+  if (!rope->defined() || rope->options().device != x.device()) {
+    RotaryCacheOptions options = rope_options;
+    options.device = x.device();
+    *rope = RotaryCache(D, context, options);
+  }
+  auto [q, k] = (*rope)(q_proj(x).view({B, T, heads, D}).transpose(1, 2),
+                        k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), offset);
   Tensor v = v_proj(x).view({B, T, kv_heads, D}).transpose(1, 2);
   if (keys.defined()) {
     k = cat({keys, k}, 2);
@@ -88,10 +92,10 @@ Tensor LlamaMLP::forward(const Tensor& x) {
   return down_proj(silu(gate_proj(x)) * up_proj(x));
 }
 
-LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c)
+LlamaDecoderLayer::LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope)
     : input_layernorm({c.width}, norm_options(c)),
       post_attention_layernorm({c.width}, norm_options(c)),
-      self_attn(c),
+      self_attn(c, std::move(rope)),
       mlp(c) {
   register_modules({{"input_layernorm", input_layernorm},
                     {"self_attn", self_attn},
@@ -111,7 +115,8 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values,
 
 LlamaModel::LlamaModel(const LlamaConfig& c)
     : embed_tokens(c.vocab, c.width), norm({c.width}, norm_options(c)) {
-  for (int64_t i = 0; i < c.layers; ++i) layers.emplace_back<LlamaDecoderLayer>(c);
+  const auto rope = std::make_shared<RotaryCache>();  // one table for every layer
+  for (int64_t i = 0; i < c.layers; ++i) layers.emplace_back<LlamaDecoderLayer>(c, rope);
   register_modules({{"embed_tokens", embed_tokens}, {"layers", layers}, {"norm", norm}});
 }
 

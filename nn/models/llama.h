@@ -10,19 +10,23 @@
 // Parameter names and layouts are Hugging Face's LlamaForCausalLM's, so its checkpoints load
 // unchanged through load_hf_state_dict: model.embed_tokens, model.layers.{i}.input_layernorm /
 // self_attn.{q,k,v,o}_proj / post_attention_layernorm / mlp.{gate,up,down}_proj, model.norm,
-// lm_head. Rotary embeddings rotate the halves of each head (Hugging Face's layout). Written with
-// nabla's public API only.
+// lm_head. Rotary embeddings rotate the halves of each head (Hugging Face's layout) from one
+// RotaryCache the layers share (Llama 3's rope_scaling included); attention reads the grouped
+// key/value heads in place (enable_gqa). Written with nabla's public API only.
 //
 //   nabla::Tensor out = model.generate(prompt, {.max_new_tokens = 64, .temperature = 0.8, .top_k = 40});
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "nabla/core/generator.h"
 #include "nabla/nn/attention.h"
 #include "nabla/nn/containers.h"
 #include "nabla/nn/layers.h"
+#include "nabla/ops/rotary.h"
 
 namespace nabla::nn::models {
 
@@ -33,9 +37,10 @@ struct LlamaConfig {
   int64_t heads = 12;
   int64_t kv_heads = 4;  // grouped-query attention: each serves heads / kv_heads query heads
   int64_t width = 768;
-  int64_t hidden = 2048;       // the SwiGLU MLP's inner width
-  double rope_base = 10000.0;  // rope_theta
-  double eps = 1e-5;           // rms_norm_eps
+  int64_t hidden = 2048;                           // the SwiGLU MLP's inner width
+  double rope_base = 10000.0;                      // rope_theta
+  std::optional<RotaryScaling> rope_scaling = {};  // Llama 3's rope_scaling ("rope_type": "llama3")
+  double eps = 1e-5;                               // rms_norm_eps
   bool tie_embeddings = false;
 };
 
@@ -55,14 +60,18 @@ struct GenerateOptions {
 
 class LlamaAttention : public Module {
  public:
-  explicit LlamaAttention(const LlamaConfig& c);
+  // `rope`: the rotary tables, shared by the model's layers (a new one when null).
+  explicit LlamaAttention(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // (B, T, C) at positions 0 .. T-1
   // x at positions `offset` .. offset + T - 1, attending to the cached keys and values before it
   // (keys and values undefined: none), which it extends with its own.
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
   Linear q_proj, k_proj, v_proj, o_proj;
-  int64_t heads, kv_heads;
-  double rope_base;
+  int64_t heads, kv_heads, context;
+  RotaryCacheOptions rope_options;
+  // The cos/sin tables of positions 0 .. context - 1, built on the device of the first input
+  // (again when the model moves): not parameters, not in the state dict.
+  std::shared_ptr<RotaryCache> rope;
 };
 
 class LlamaMLP : public Module {
@@ -74,7 +83,7 @@ class LlamaMLP : public Module {
 
 class LlamaDecoderLayer : public Module {
  public:
-  explicit LlamaDecoderLayer(const LlamaConfig& c);
+  explicit LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
   RMSNorm input_layernorm, post_attention_layernorm;

@@ -32,20 +32,50 @@ const nn::models::LlamaConfig kSmall{.vocab = 89,
                                      .eps = 1e-5,
                                      .tie_embeddings = false};
 
-TEST(InteropLlama, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {
-  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+// The reference's file: its state dict ("state.*"), tokens and float64 logits.
+nn::StateDict reference(const char* variant) {
   const fs::path file = fs::temp_directory_path() / fmt::format("nabla_llama_{}.safetensors", ::getpid());
-  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {}",
+  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {} {}",
                                           source_file("tests/interop/torch_llama_logits.py").string(),
-                                          file.string(), test_seed() % 100000);
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
-  const nn::StateDict all = load_safetensors(file.string()).tensors;
+                                          file.string(), test_seed() % 100000, variant);
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  nn::StateDict all = load_safetensors(file.string()).tensors;
   fs::remove(file);
+  return all;
+}
 
+nn::StateDict state_of(const nn::StateDict& all) {
   nn::StateDict state;
   for (const auto& [key, t] : all) {
     if (key.starts_with("state.")) state[key.substr(6)] = t;
   }
+  return state;
+}
+
+// Llama 3's rope_scaling: the Python side rescales the frequencies by wavelength bands (its own
+// code), nabla through RotaryCache; head size 8 over an original context of 64 puts one frequency
+// in the kept band, one in the blended band and two in the slowed band.
+TEST(InteropLlama, Llama3RopeScalingMatchesPyTorch) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const nn::StateDict all = reference("llama3");
+  nn::models::LlamaConfig config = kSmall;
+  config.rope_scaling = RotaryScaling{
+      .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_positions = 64};
+  nn::models::Llama model(config);
+  model.to(kFloat64);
+  model.load_hf_state_dict(state_of(all));
+  EXPECT_TRUE(all_close(model.logits(all.at("tokens")), all.at("logits"), 1e-9, 1e-9));
+  // Without the scaling the logits differ: the test sees the rescaled frequencies.
+  nn::models::Llama plain(kSmall);
+  plain.to(kFloat64);
+  plain.load_hf_state_dict(state_of(all));
+  EXPECT_FALSE(all_close(plain.logits(all.at("tokens")), all.at("logits"), 1e-6, 1e-6));
+}
+
+TEST(InteropLlama, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const nn::StateDict all = reference("plain");
+  const nn::StateDict state = state_of(all);
   ASSERT_TRUE(state.count("model.layers.1.self_attn.rotary_emb.inv_freq")) << "the reference must carry them";
   EXPECT_EQ(state.at("model.layers.0.self_attn.k_proj.weight").sizes(), (Shape{16, 32})) << "2 of 4 heads";
 

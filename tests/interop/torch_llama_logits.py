@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """The PyTorch side of the LLaMA interop test (tests/interop/llama_torch_test.cpp).
 
-  torch_llama_logits.py OUT.safetensors SEED
+  torch_llama_logits.py OUT.safetensors SEED [llama3]
 
 Builds the hand-written LLaMA of torch_llama_model.py (Hugging Face's keys) at a small size with
 grouped-query attention, draws every parameter at random (RMSNorm gains too), and writes one
 safetensors file: "state.<key>" (the state dict, with the rotary_emb.inv_freq buffers older files
-carry), "tokens" (int64) and "logits" (float64, computed in float64).
+carry), "tokens" (int64) and "logits" (float64, computed in float64). With "llama3" the rotary
+frequencies take Llama 3's rope_scaling (LLAMA3 below: small enough that the head size 8 has a
+frequency in each of its three bands).
 """
 import os
 import sys
@@ -18,11 +20,12 @@ from torch_llama_model import Llama  # noqa: E402
 from torch_resnet import save_safetensors  # noqa: E402  (the same small writer)
 
 CONFIG = dict(vocab=89, layers=2, heads=4, kv_heads=2, width=32, hidden=48, base=500.0, eps=1e-5)
+LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
 
 
-def main(out, seed):
+def main(out, seed, scaled):
     gen = torch.Generator().manual_seed(seed)
-    model = Llama(**CONFIG).double()
+    model = Llama(**CONFIG, scaling=LLAMA3 if scaled else None).double()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:  # RMSNorm gains: random, not 1
@@ -39,4 +42,4 @@ def main(out, seed):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), len(sys.argv) > 3 and sys.argv[3] == "llama3")

@@ -33,12 +33,26 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def llama3_inv_freq(inv_freq, scaling):
+    """Hugging Face's "llama3" rope_scaling of the frequencies, by wavelength bands."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    slowed = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    blended = (1 - smooth) * slowed / factor + smooth * slowed
+    medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
+    return torch.where(medium, blended, slowed)
+
+
 class Rotary(nn.Module):
-    def __init__(self, dim, base):
+    def __init__(self, dim, base, scaling=None):
         super().__init__()
         # Hugging Face keeps these in float32; in float64 here, so that a float64 model's angles
-        # are as exact as nabla's (which computes them in x's precision, at least float32).
+        # are as exact as nabla's (which computes its tables in float64).
         inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+        if scaling is not None:
+            inv_freq = llama3_inv_freq(inv_freq, scaling)
         self.register_buffer("inv_freq", inv_freq)
 
     def forward(self, x, positions):
@@ -49,14 +63,14 @@ class Rotary(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, width, heads, kv_heads, base):
+    def __init__(self, width, heads, kv_heads, base, scaling=None):
         super().__init__()
         d = width // heads
         self.q_proj = nn.Linear(width, width, bias=False)
         self.k_proj = nn.Linear(width, kv_heads * d, bias=False)
         self.v_proj = nn.Linear(width, kv_heads * d, bias=False)
         self.o_proj = nn.Linear(width, width, bias=False)
-        self.rotary_emb = Rotary(d, base)
+        self.rotary_emb = Rotary(d, base, scaling)
         self.heads, self.kv_heads, self.d = heads, kv_heads, d
 
     def forward(self, x):
@@ -86,10 +100,10 @@ class Mlp(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, width, heads, kv_heads, hidden, base, eps):
+    def __init__(self, width, heads, kv_heads, hidden, base, eps, scaling=None):
         super().__init__()
         self.input_layernorm = RMSNorm(width, eps)
-        self.self_attn = Attention(width, heads, kv_heads, base)
+        self.self_attn = Attention(width, heads, kv_heads, base, scaling)
         self.post_attention_layernorm = RMSNorm(width, eps)
         self.mlp = Mlp(width, hidden)
 
@@ -99,12 +113,13 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab, layers, heads, kv_heads, width, hidden, base=10000.0, eps=1e-5):
+    def __init__(self, vocab, layers, heads, kv_heads, width, hidden, base=10000.0, eps=1e-5,
+                 scaling=None):
         super().__init__()
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(vocab, width)
         self.model.layers = nn.ModuleList(
-            [Layer(width, heads, kv_heads, hidden, base, eps) for _ in range(layers)])
+            [Layer(width, heads, kv_heads, hidden, base, eps, scaling) for _ in range(layers)])
         self.model.norm = RMSNorm(width, eps)
         self.lm_head = nn.Linear(width, vocab, bias=False)
 

@@ -2,7 +2,7 @@
 // tested against in tests/ops/cuda/parity_attention_test.cpp): forwards against a float64 loop over
 // every (batch, head, query), with causal, boolean, additive and broadcast masks and Tq != Tk;
 // float64 gradcheck of q, k, v and an additive mask; dropout against the mask bernoulli draws;
-// autocast; and the errors. Also tril, triu and masked_fill.
+// autocast; grouped-query attention; and the errors. Also tril, triu and masked_fill.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -236,64 +236,6 @@ TEST(Attention, GroupedQueryErrorsNameTheHeads) {
   EXPECT_NABLA_ERROR(scaled_dot_product_attention(q.select(0, 0).select(0, 0), k.select(0, 0).select(0, 0),
                                                   k.select(0, 0).select(0, 0), {.enable_gqa = true}),
                      "enable_gqa needs (..., H, T, D)");
-}
-
-// ---- rotary embedding ----------------------------------------------------------------------------
-
-// Rotates pairs (i, i + D/2), or (2i, 2i + 1) when interleaved, by (offset + t) * base^(-2i/D).
-Tensor loop_rotary(const Tensor& x, double base, int64_t offset, bool interleaved) {
-  const int64_t T = x.size(-2), D = x.size(-1), half = D / 2;
-  auto v = x.to(kFloat64).contiguous().to_vector<double>();
-  for (size_t row = 0; row < v.size() / static_cast<size_t>(D); ++row) {
-    const double t = static_cast<double>(offset + static_cast<int64_t>(row) % T);
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = t * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-      const size_t ia = row * D + (interleaved ? 2 * i : i),
-                   ib = row * D + (interleaved ? 2 * i + 1 : i + half);
-      const double a = v[ia], b = v[ib];
-      v[ia] = a * std::cos(angle) - b * std::sin(angle);
-      v[ib] = b * std::cos(angle) + a * std::sin(angle);
-    }
-  }
-  return tensor<double>(v, x.sizes());
-}
-
-TEST(Rotary, MatchesLoopsForBothPairings) {
-  const Tensor x = random_input({2, 3, 7, 8}, test_seed());
-  for (bool interleaved : {false, true}) {
-    EXPECT_TRUE(all_close(rotary_embedding(x, {.interleaved = interleaved}),
-                          loop_rotary(x, 10000, 0, interleaved), 1e-12, 1e-12))
-        << interleaved;
-    EXPECT_TRUE(all_close(rotary_embedding(x, {.base = 500, .offset = 11, .interleaved = interleaved}),
-                          loop_rotary(x, 500, 11, interleaved), 1e-12, 1e-12))
-        << interleaved;
-  }
-  const Tensor y = rotary_embedding(x.to(kBFloat16));
-  EXPECT_EQ(y.dtype(), kBFloat16);
-  EXPECT_TRUE(all_close(y, loop_rotary(x, 10000, 0, false), 2e-2, 2e-2));
-}
-
-TEST(Rotary, KeepsDotProductsRelative) {
-  // What rotary embeddings are for: q_m . k_n depends on m - n only.
-  const Tensor q = random_input({1, 8}, test_seed()), k = random_input({1, 8}, test_seed() + 1);
-  auto dot = [&](int64_t m, int64_t n) {
-    return (rotary_embedding(q, {.offset = m}) * rotary_embedding(k, {.offset = n})).sum().item<double>();
-  };
-  EXPECT_NEAR(dot(5, 2), dot(13, 10), 1e-10);
-  EXPECT_NEAR(dot(0, 7), dot(20, 27), 1e-10);
-}
-
-TEST(Rotary, GradientsAndErrors) {
-  const Tensor x = random_input({2, 5, 6}, test_seed(), kFloat64, true);
-  for (bool interleaved : {false, true}) {
-    EXPECT_TRUE(gradcheck(
-        [interleaved](const TensorList& in) {
-          return rotary_embedding(in[0], {.offset = 3, .interleaved = interleaved});
-        },
-        {x}));
-  }
-  EXPECT_NABLA_ERROR(rotary_embedding(random_input({2, 5}, 1)), "rotary_embedding", "D even");
-  EXPECT_NABLA_ERROR(rotary_embedding(x, {.offset = -1}), "rotary_embedding", "offset >= 0");
 }
 
 // ---- tril, triu, masked_fill ------------------------------------------------------------------
