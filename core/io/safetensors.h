@@ -32,6 +32,14 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
 // Reads a file written by save_safetensors or by any other safetensors writer.
 SafetensorsFile load_safetensors(const std::string& path, Device device = Device::cpu());
 
+// A checkpoint as Hugging Face stores one: `path` is a .safetensors file, a
+// model.safetensors.index.json (whose "weight_map" names the shard file, beside it, of each
+// tensor), or a folder holding either (the index first). Every shard the index names is read;
+// each named tensor must be in its shard. A shard that is not there, an index that is not JSON
+// or has no weight_map, and a tensor missing from its shard are errors naming the file and key.
+// Tensors a shard holds beyond the index's are left out. Metadata comes from the first shard.
+SafetensorsFile load_safetensors_checkpoint(const std::string& path, Device device = Device::cpu());
+
 // Parses an in-memory file image into CPU tensors. `name` goes into error messages. Used by
 // load_safetensors and by the fuzz target.
 SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& name = "<memory>");

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "nabla/core/generator.h"
@@ -129,5 +130,27 @@ class Llama : public Module {
   LlamaModel model;
   Linear lm_head;
 };
+
+// ---- Hugging Face checkpoints ----------------------------------------------------------------------
+
+// A LlamaConfig from the text of Hugging Face's config.json (`name` goes into errors):
+// vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads (required);
+// num_key_value_heads (default: the heads), max_position_embeddings (2048), rms_norm_eps (1e-6),
+// rope_theta (10000), rope_scaling (null, or "rope_type": "llama3" with factor, low_freq_factor,
+// high_freq_factor and original_max_position_embeddings), tie_word_embeddings (false). What
+// this model cannot be is an error naming the field: a head_dim other than hidden_size /
+// num_attention_heads, biases (attention_bias, mlp_bias), a hidden_act other than silu, another
+// rope_type, head counts that do not divide.
+LlamaConfig llama_config_from_json(const std::string& text, const std::string& name = "config.json");
+LlamaConfig load_llama_config(const std::string& path);
+
+// The model of a Hugging Face folder: config.json, and model.safetensors or a sharded
+// model.safetensors.index.json (load_safetensors_checkpoint), loaded strictly
+// (load_hf_state_dict: every missing, unexpected or wrongly shaped key named), with parameters
+// of `dtype` (the checkpoint's values converted) on `device`.
+//
+//   auto model = nabla::nn::models::load_hf_llama("Llama-3.2-1B", nabla::Device::cuda(0), nabla::kBFloat16);
+std::unique_ptr<Llama> load_hf_llama(const std::string& folder, Device device = Device::cpu(),
+                                     DType dtype = kFloat32);
 
 }  // namespace nabla::nn::models

@@ -33,11 +33,12 @@ const nn::models::LlamaConfig kSmall{.vocab = 89,
                                      .tie_embeddings = false};
 
 // The reference's file: its state dict ("state.*"), tokens and float64 logits.
-nn::StateDict reference(const char* variant) {
+// With `folder`, the reference also writes its Hugging Face folder there (config.json, shards).
+nn::StateDict reference(const char* variant, const std::string& folder = "") {
   const fs::path file = fs::temp_directory_path() / fmt::format("nabla_llama_{}.safetensors", ::getpid());
-  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {} {}",
+  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {} {} {}",
                                           source_file("tests/interop/torch_llama_logits.py").string(),
-                                          file.string(), test_seed() % 100000, variant);
+                                          file.string(), test_seed() % 100000, variant, folder);
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   nn::StateDict all = load_safetensors(file.string()).tensors;
   fs::remove(file);
@@ -70,6 +71,25 @@ TEST(InteropLlama, Llama3RopeScalingMatchesPyTorch) {
   plain.to(kFloat64);
   plain.load_hf_state_dict(state_of(all));
   EXPECT_FALSE(all_close(plain.logits(all.at("tokens")), all.at("logits"), 1e-6, 1e-6));
+}
+
+// A Hugging Face folder written by the Python side (its config.json, two float64 shards and their
+// index) builds the model through load_hf_llama: config, Llama 3 scaling and weights.
+TEST(InteropLlama, HuggingFaceFolderLoadsThroughItsConfigAndShards) {
+  if (!debian_torch_available()) GTEST_SKIP() << "/usr/bin/python3 cannot import torch";
+  const fs::path folder = fs::temp_directory_path() / fmt::format("nabla_llama_folder_{}", ::getpid());
+  fs::create_directories(folder);
+  const nn::StateDict all = reference("llama3", folder.string());
+  const auto model = nn::models::load_hf_llama(folder.string(), Device::cpu(), kFloat64);
+  const auto in_float32 = nn::models::load_hf_llama(folder.string());
+  fs::remove_all(folder);
+  EXPECT_EQ(in_float32->lm_head.weight.dtype(), kFloat32);
+  EXPECT_LT(max(abs(in_float32->logits(all.at("tokens")).to(kFloat64) - all.at("logits"))).item<double>(),
+            1e-4);
+  EXPECT_EQ(model->config.kv_heads, 2);
+  ASSERT_TRUE(model->config.rope_scaling.has_value());
+  EXPECT_EQ(model->config.rope_scaling->original_max_positions, 64);
+  EXPECT_TRUE(all_close(model->logits(all.at("tokens")), all.at("logits"), 1e-9, 1e-9));
 }
 
 TEST(InteropLlama, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The PyTorch side of the LLaMA interop test (tests/interop/llama_torch_test.cpp).
 
-  torch_llama_logits.py OUT.safetensors SEED [llama3]
+  torch_llama_logits.py OUT.safetensors SEED [llama3|plain] [FOLDER]
 
 Builds the hand-written LLaMA of torch_llama_model.py (Hugging Face's keys) at a small size with
 grouped-query attention, draws every parameter at random (RMSNorm gains too), and writes one
 safetensors file: "state.<key>" (the state dict, with the rotary_emb.inv_freq buffers older files
 carry), "tokens" (int64) and "logits" (float64, computed in float64). With "llama3" the rotary
 frequencies take Llama 3's rope_scaling (LLAMA3 below: small enough that the head size 8 has a
-frequency in each of its three bands).
+frequency in each of its three bands). With FOLDER it also writes the model there as Hugging Face
+does: config.json (its field names) and the state dict split over two shards behind
+model.safetensors.index.json.
 """
+import json
 import os
 import sys
 
@@ -23,7 +26,32 @@ CONFIG = dict(vocab=89, layers=2, heads=4, kv_heads=2, width=32, hidden=48, base
 LLAMA3 = dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=64)
 
 
-def main(out, seed, scaled):
+def save_folder(folder, model, scaled):
+    """config.json and two shards (layer 0 and the embedding; the rest) with their index."""
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+        "vocab_size": CONFIG["vocab"], "hidden_size": CONFIG["width"],
+        "intermediate_size": CONFIG["hidden"], "num_hidden_layers": CONFIG["layers"],
+        "num_attention_heads": CONFIG["heads"], "num_key_value_heads": CONFIG["kv_heads"],
+        "max_position_embeddings": 32, "rms_norm_eps": CONFIG["eps"], "rope_theta": CONFIG["base"],
+        "rope_scaling": dict(LLAMA3, rope_type="llama3") if scaled else None,
+        "tie_word_embeddings": False, "torch_dtype": "float64",
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    shards, weight_map = ({}, {}), {}
+    for key, value in model.state_dict().items():
+        which = 0 if ("layers.0." in key or "embed_tokens" in key) else 1
+        shards[which][key] = value
+        weight_map[key] = names[which]
+    for name, tensors in zip(names, shards):
+        save_safetensors(os.path.join(folder, name), tensors)
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
+
+
+def main(out, seed, scaled, folder=None):
     gen = torch.Generator().manual_seed(seed)
     model = Llama(**CONFIG, scaling=LLAMA3 if scaled else None).double()
     with torch.no_grad():
@@ -39,7 +67,10 @@ def main(out, seed, scaled):
     tensors["tokens"] = tokens
     tensors["logits"] = logits
     save_safetensors(out, tensors)
+    if folder:
+        save_folder(folder, model, scaled)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), len(sys.argv) > 3 and sys.argv[3] == "llama3")
+    main(sys.argv[1], int(sys.argv[2]), len(sys.argv) > 3 and sys.argv[3] == "llama3",
+         sys.argv[4] if len(sys.argv) > 4 else None)
