@@ -9,11 +9,14 @@
 //   nabla-bench llama                          # eager, batch 16 x 1024
 //   nabla-bench llama --cuda-graph             # graphed: the step compiler fuses (NABLA_FUSION=0: not)
 //   nabla-bench llama --compare-pytorch        # then PyTorch eager and torch.compile
+//   nabla-bench llama --model zoo              # nn::models::Llama at the same shapes instead
 #include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
@@ -129,6 +132,7 @@ struct LlamaBenchOptions {
   bool cuda_graph = false;
   int profile = 0;
   std::string modes = "eager,compile";
+  std::string model = "plain";  // or "zoo": nn::models::Llama (RotaryCache, enable_gqa)
   std::string json_path;
   TorchOptions torch;
 };
@@ -136,11 +140,33 @@ struct LlamaBenchOptions {
 nlohmann::json run_nabla(const LlamaBenchOptions& o) {
   const Device device = cuda::is_available() ? Device::cuda(0) : Device::cpu();
   manual_seed(0);
-  Llama model(o.shape);
+  // The plain model above, or the model zoo's (same shapes; Hugging Face's names).
+  std::shared_ptr<nn::Module> module;
+  std::function<Tensor(const Tensor&, const Tensor&)> loss_of;
+  if (o.model == "zoo") {
+    auto zoo = std::make_shared<nn::models::Llama>(nn::models::LlamaConfig{.vocab = o.shape.vocab,
+                                                                           .context = o.shape.seq,
+                                                                           .layers = o.shape.layers,
+                                                                           .heads = o.shape.heads,
+                                                                           .kv_heads = o.shape.kv_heads,
+                                                                           .width = o.shape.width,
+                                                                           .hidden = o.shape.hidden,
+                                                                           .rope_base = 10000.0,
+                                                                           .rope_scaling = {},
+                                                                           .eps = 1e-5,
+                                                                           .tie_embeddings = false});
+    loss_of = [zoo](const Tensor& x, const Tensor& y) { return zoo->loss(x, y); };
+    module = zoo;
+  } else {
+    auto plain = std::make_shared<Llama>(o.shape);
+    loss_of = [plain](const Tensor& x, const Tensor& y) { return plain->loss(x, y); };
+    module = plain;
+  }
+  nn::Module& model = *module;
   model.to(device);
   TensorList decay, rest;
   for (const auto& [name, p] : model.named_parameters())
-    (p.dim() >= 2 && name.find("tok_embeddings") == std::string::npos ? decay : rest).push_back(p);
+    (p.dim() >= 2 && name.find("embed") == std::string::npos ? decay : rest).push_back(p);
   optim::AdamW opt({{.params = decay, .weight_decay = 0.1}, {.params = rest, .weight_decay = 0.0}},
                    {.lr = 3e-4, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8});
   Generator gen(1);
@@ -151,7 +177,7 @@ nlohmann::json run_nabla(const LlamaBenchOptions& o) {
     Tensor loss;
     {
       amp::Autocast autocast(device, kBFloat16, device.is_cuda());
-      loss = model.loss(x, y);
+      loss = loss_of(x, y);
     }
     loss.backward();
     optim::clip_grad_norm_(model.parameters(), 1.0);
@@ -198,6 +224,7 @@ nlohmann::json run_nabla(const LlamaBenchOptions& o) {
   }
   return {{"bench", "llama"},
           {"mode", "nabla"},
+          {"model", o.model},
           {"batch", o.batch},
           {"params_M", static_cast<double>(params) / 1e6},
           {"device", device.str()},
@@ -211,6 +238,8 @@ nlohmann::json run_nabla(const LlamaBenchOptions& o) {
 
 void run_llama(const LlamaBenchOptions& o) {
   parse_choices(o.modes, "--modes", {"eager", "compile"});
+  NABLA_CHECK(o.model == "plain" || o.model == "zoo", "llama: --model must be plain or zoo, got '{}'",
+              o.model);
   NABLA_CHECK(o.shape.width % o.shape.heads == 0 && o.shape.heads % o.shape.kv_heads == 0,
               "llama: --width must divide into --heads, and --heads into --kv-heads (got {}, {}, {})",
               o.shape.width, o.shape.heads, o.shape.kv_heads);
@@ -249,13 +278,13 @@ void run_llama(const LlamaBenchOptions& o) {
          format_number(ratio(number_at(ours, "peak_alloc_GiB"), number_at(row, "peak_alloc_GiB")), 3)});
   }
   std::printf(
-      "\nLLaMA-style (%lld layers, width %lld, %lld/%lld heads, hidden %lld, vocab %lld) written plainly, "
-      "train, "
+      "\nLLaMA-style (%lld layers, width %lld, %lld/%lld heads, hidden %lld, vocab %lld) %s, train, "
       "batch %lld x %lld, bf16; x = nabla / that run\n%s",
       static_cast<long long>(o.shape.layers), static_cast<long long>(o.shape.width),
       static_cast<long long>(o.shape.heads), static_cast<long long>(o.shape.kv_heads),
       static_cast<long long>(o.shape.hidden), static_cast<long long>(o.shape.vocab),
-      static_cast<long long>(o.batch), static_cast<long long>(o.shape.seq), table.render().c_str());
+      o.model == "zoo" ? "nn::models::Llama" : "written plainly", static_cast<long long>(o.batch),
+      static_cast<long long>(o.shape.seq), table.render().c_str());
   if (!o.json_path.empty()) write_json_rows(o.json_path, rows);
 }
 
@@ -265,6 +294,10 @@ void add_llama_command(CLI::App& app) {
   auto options = std::make_shared<LlamaBenchOptions>();
   auto* cmd =
       app.add_subcommand("llama", "a LLaMA-style model written plainly: training throughput and peak memory");
+  cmd->add_option("--model", options->model,
+                  "plain: the model written plainly in this file; zoo: nn::models::Llama (RotaryCache's "
+                  "kernel, grouped-query attention)")
+      ->capture_default_str();
   cmd->add_option("--batch", options->batch, "sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

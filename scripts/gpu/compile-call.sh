@@ -10,7 +10,8 @@
 # kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed
 # and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
 # fp16/bf16 and GPT-2 from the base build and this one in turns; gptplain = nabla-bench gpt
-# --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused). Logs under $OUT; a table last.
+# --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused); llamazoo = nabla-bench llama
+# --model zoo, graphed and fused, and eager. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -64,6 +65,11 @@ if has llama; then
     > "$out/llama_graph_fuse1_torch.log" 2>&1
   NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
+fi
+if has llamazoo; then
+  # nn::models::Llama at the same shapes (RotaryCache's kernel, grouped-query attention).
+  NABLA_FUSION=1 llama 150 --model zoo --cuda-graph > "$out/llama_zoo_graph_fuse1.log" 2>&1
+  llama 150 --model zoo > "$out/llama_zoo_eager.log" 2>&1
 fi
 if has gptplain; then
   # The user guide's GPT-2 written plainly, graphed and fused, beside PyTorch eager and compile.
