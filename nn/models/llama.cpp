@@ -164,9 +164,10 @@ Tensor Llama::logits(const Tensor& tokens, LlamaCache& cache) {
 }
 
 Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
-  NABLA_CHECK(o.max_new_tokens >= 0 && o.temperature >= 0 && o.top_k >= 0,
-              "Llama::generate: max_new_tokens, temperature and top_k must be >= 0, got {}, {} and {}",
-              o.max_new_tokens, o.temperature, o.top_k);
+  NABLA_CHECK(o.max_new_tokens >= 0 && o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1,
+              "Llama::generate: max_new_tokens, temperature and top_k must be >= 0 and top_p in (0, 1], got "
+              "{}, {}, {} and {}",
+              o.max_new_tokens, o.temperature, o.top_k, o.top_p);
   NoGradGuard no_grad;
   LlamaCache cache;
   TensorList out = {prompt};
@@ -184,7 +185,19 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
       }
       MultinomialOptions sampling;
       sampling.generator = o.generator;
-      next = multinomial(softmax(scaled, -1), 1, sampling);
+      Tensor probs = softmax(scaled, -1);
+      if (o.top_p < 1) {
+        // Keep the most likely tokens until their mass reaches top_p: a token goes when the mass
+        // of those before it already does (so the most likely always stays). Sample among the
+        // kept ones in sorted order, then map back to token ids.
+        const auto [sorted, order] = sort(probs, {.dim = -1, .descending = true});
+        const Tensor before = cumsum(sorted, -1) - sorted;
+        const Tensor kept =
+            where(ge(before, full({}, o.top_p, before.options())), zeros({}, sorted.options()), sorted);
+        next = gather(order, -1, multinomial(kept, 1, sampling));
+      } else {
+        next = multinomial(probs, 1, sampling);
+      }
     }
     out.push_back(next);
     if (i + 1 < o.max_new_tokens) next_logits = logits(next, cache).select(1, -1);

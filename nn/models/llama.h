@@ -14,7 +14,7 @@
 // RotaryCache the layers share (Llama 3's rope_scaling included); attention reads the grouped
 // key/value heads in place (enable_gqa). Written with nabla's public API only.
 //
-//   nabla::Tensor out = model.generate(prompt, {.max_new_tokens = 64, .temperature = 0.8, .top_k = 40});
+//   nabla::Tensor out = model.generate(prompt, {.max_new_tokens = 64, .temperature = 0.8, .top_p = 0.95});
 #pragma once
 
 #include <cstdint>
@@ -56,6 +56,8 @@ struct GenerateOptions {
   int64_t max_new_tokens = 32;
   double temperature = 0.0;        // 0: greedy (argmax); else sample softmax(logits / temperature)
   int64_t top_k = 0;               // sample among the k most likely tokens only (0: all)
+  double top_p = 1.0;              // nucleus sampling: the fewest most likely tokens whose
+                                   // probabilities sum to at least top_p (1: all), after top_k
   Generator* generator = nullptr;  // for sampling; nullptr: the default generator of the device
 };
 

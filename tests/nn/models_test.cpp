@@ -233,7 +233,8 @@ models::LlamaConfig tiny_llama() {
 }
 
 // A tiny grouped-query LLaMA memorizes one batch: its backward (rotary, grouped-query attention's
-// sums over each group, RMSNorm, SwiGLU) carries gradients to every parameter. Hand-written SGD with momentum.
+// sums over each group, RMSNorm, SwiGLU) carries gradients to every parameter. Hand-written SGD with
+// momentum.
 TEST(Llama, GradientsReachEveryParameterAndATinyModelMemorizesABatch) {
   nb::manual_seed(test_seed());
   models::Llama model(tiny_llama());
@@ -309,4 +310,33 @@ TEST(Llama, GenerationWithTheCacheEqualsRecomputingThePrefix) {
       model.generate(prompt, {.max_new_tokens = 7, .temperature = 1.0, .top_k = 8, .generator = &b});
   EXPECT_TRUE(same_tokens(first, again));
   EXPECT_THROW(model.generate(prompt, {.max_new_tokens = 2, .temperature = -1.0}), nb::Error);
+  EXPECT_THROW(model.generate(prompt, {.max_new_tokens = 2, .temperature = 1.0, .top_p = 0.0}), nb::Error);
+}
+
+// Nucleus sampling keeps the fewest most likely tokens whose mass reaches top_p: a tiny top_p
+// keeps only the most likely (greedy), and every sampled token at top_p = 0.5 is in the set
+// computed here by sorting the probabilities on the host.
+TEST(Llama, TopPSamplesOnlyFromTheNucleus) {
+  nb::manual_seed(test_seed());
+  models::Llama model(tiny_llama());
+  model.to(nb::kFloat64);
+  const nb::Tensor prompt = nb::randint(0, 24, {4, 5}, {.dtype = nb::kInt64});
+  const nb::Tensor greedy = model.generate(prompt, {.max_new_tokens = 4});
+  EXPECT_TRUE(
+      same_tokens(model.generate(prompt, {.max_new_tokens = 4, .temperature = 1.0, .top_p = 1e-9}), greedy));
+  nb::NoGradGuard no_grad;
+  const nb::Tensor probs = nb::softmax(model.logits(prompt).select(1, -1), -1);  // (4, 24)
+  nb::Generator gen(11);
+  for (int draw = 0; draw < 20; ++draw) {
+    const nb::Tensor out =
+        model.generate(prompt, {.max_new_tokens = 1, .temperature = 1.0, .top_p = 0.5, .generator = &gen});
+    for (int64_t b = 0; b < 4; ++b) {
+      std::vector<double> p = probs.select(0, b).to_vector<double>();
+      const int64_t token = out.select(0, b).select(0, 5).item<int64_t>();
+      // The token's probability must be among the largest whose preceding mass is < 0.5.
+      double before = 0;
+      for (double q : p) before += q > p[static_cast<size_t>(token)] ? q : 0.0;
+      EXPECT_LT(before, 0.5) << "row " << b << " token " << token;
+    }
+  }
 }
