@@ -49,7 +49,12 @@ uint64_t enabled_scope_count();
 // weight inside the scope makes a new cast).
 Tensor cached_cast(const Tensor& source, DType dtype, bool with_grad);
 void store_cast(const Tensor& source, DType dtype, bool with_grad, const Tensor& cast);
-// Number of entries (tests check that each weight is cast once).
+// Activations (any other tensor) go to a second cache that does not keep the source alive (Note
+// [Activation casts] in core/autocast.cpp): a hit needs the source still held by someone and
+// unchanged; its entry (and the cast it holds) goes once the source is freed.
+Tensor cached_activation_cast(const Tensor& source, DType dtype, bool with_grad);
+void store_activation_cast(const Tensor& source, DType dtype, bool with_grad, const Tensor& cast);
+// Number of entries of the weights' cache (tests check that each weight is cast once).
 int64_t cast_cache_size();
 void clear_cast_cache();
 

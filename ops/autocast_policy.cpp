@@ -20,10 +20,17 @@ bool cacheable(const Tensor& t) {
 }
 
 Tensor cast_to_lower(const Tensor& t, DType dtype) {
-  if (!cacheable(t)) return t.to(dtype);
-  // A cast made without grad mode has no edge to the leaf; it must not serve a later use that
+  // A cast made without grad mode has no edge to the source; it must not serve a later use that
   // needs one (and the other way round), so grad mode is part of the key.
   const bool with_grad = GradMode::is_enabled();
+  if (!cacheable(t)) {
+    // Any other tensor: the same cast again while both are held (Note [Activation casts]).
+    Tensor cast = autocast::cached_activation_cast(t, dtype, with_grad);
+    if (cast.defined()) return cast;
+    cast = t.to(dtype);
+    autocast::store_activation_cast(t, dtype, with_grad, cast);
+    return cast;
+  }
   Tensor cast = autocast::cached_cast(t, dtype, with_grad);
   if (cast.defined()) return cast;
   cast = t.to(dtype);

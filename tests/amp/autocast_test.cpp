@@ -240,6 +240,45 @@ TEST(AmpAutocast, CastsEachParameterOncePerScope) {
   EXPECT_EQ(autocast::cast_cache_size(), 0);  // the outermost scope cleared it
 }
 
+// Note [Activation casts]: a float32 activation that feeds several linears is cast once while the
+// cast is held (here by the linears' saved inputs), not once per linear; an in-place change or a
+// freed cast makes a new one. The gradient still reaches the activation in float32, as the sum
+// of the linears' input gradients (taken in bf16 and summed in the cast's bf16 gradient).
+TEST(AmpAutocast, CastsAnActivationOnceWhileItsCastIsHeld) {
+  const uint64_t s = test_seed();
+  const Tensor x = input32({3, 5}, s, true);
+  const Tensor wq = input32({4, 5}, s + 1, true), wk = input32({4, 5}, s + 2, true);
+  {
+    amp::Autocast autocast(kCpu, kBFloat16);
+    const Tensor h = x * 2.0;  // an activation (no leaf)
+    const Tensor q = linear(h, wq), k = linear(h, wk);
+    // Both products read the one cast: their input edges reach the same node.
+    EXPECT_TRUE(q.grad_fn()->next_edges[0].node == k.grad_fn()->next_edges[0].node);
+    (q.sum() + k.sum()).backward();
+    // The reference: one explicit bf16 copy of h, outside autocast, used by both.
+    const Tensor x2 = x.detach().requires_grad_(true);
+    Tensor ref;
+    {
+      amp::Autocast off(kCpu, kBFloat16, /*enabled=*/false);
+      const Tensor h16 = (x2 * 2.0).to(kBFloat16);
+      ref = linear(h16, bf16(wq)).sum() + linear(h16, bf16(wk)).sum();
+    }
+    ref.backward();
+    EXPECT_EQ(x.grad().dtype(), kFloat32);
+    EXPECT_TRUE(all_close(x.grad(), x2.grad(), 0.0, 0.0));
+  }
+  {
+    amp::Autocast autocast(kCpu, kBFloat16);
+    Tensor h = x * 2.0;
+    const Tensor y1 = linear(h, wq);  // holds the cast for its backward
+    h.mul_(3.0);                      // an in-place change: the next cast must see the new values
+    const Tensor y2 = linear(h, wq);
+    EXPECT_FALSE(y1.grad_fn()->next_edges[0].node == y2.grad_fn()->next_edges[0].node);
+    amp::Autocast off(kCpu, kBFloat16, /*enabled=*/false);
+    EXPECT_TRUE(all_close(y2, linear(bf16(h.detach()), bf16(wq)), 0.0, 0.0));
+  }
+}
+
 TEST(AmpAutocast, GradientsReachFloat32LeavesInFloat32) {
   const uint64_t s = test_seed();
   const Tensor x = input32({2, 3, 6, 6}, s);
