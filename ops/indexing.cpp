@@ -22,6 +22,7 @@
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/view.h"
 
 namespace nabla {
@@ -108,29 +109,32 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
     if (t.suggest_memory_format() != format) format = MemoryFormat::Contiguous;
   }
   Tensor out = Tensor::empty(out_sizes, {.dtype = dtype, .device = first.device(), .memory_format = format});
-  ops::dispatch(
-      "copy", first,
-      [&] {
-        int64_t offset = 0;
-        for (const Tensor& t : tensors) {
-          Shape sizes(out_sizes);
-          sizes[d] = t.size(d);
-          // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
-          ops::cpu::copy(
-              t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-          offset += t.size(d);
-        }
-      },
-      [&] {
-        int64_t offset = 0;
-        for (const Tensor& t : tensors) {
-          Shape sizes(out_sizes);
-          sizes[d] = t.size(d);
-          ops::cuda::copy(
-              t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-          offset += t.size(d);
-        }
-      });
+  // Under the step compiler, pieces it holds are computed straight into their slots.
+  if (!ops::fusion::record_cat(tensors, d, out)) {
+    ops::dispatch(
+        "copy", first,
+        [&] {
+          int64_t offset = 0;
+          for (const Tensor& t : tensors) {
+            Shape sizes(out_sizes);
+            sizes[d] = t.size(d);
+            // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
+            ops::cpu::copy(
+                t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+            offset += t.size(d);
+          }
+        },
+        [&] {
+          int64_t offset = 0;
+          for (const Tensor& t : tensors) {
+            Shape sizes(out_sizes);
+            sizes[d] = t.size(d);
+            ops::cuda::copy(
+                t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
+            offset += t.size(d);
+          }
+        });
+  }
   if (autograd::needs_grad(tensors)) {
     Shape lengths;
     for (const Tensor& t : tensors) lengths.push_back(t.size(d));

@@ -9,6 +9,7 @@
 #include "nabla/core/error.h"
 #include "nabla/core/logging.h"
 #include "nabla/ops/cuda/fusion/executor.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/fusion/compile.h"
 
 namespace nabla::ops::fusion {
@@ -142,6 +143,35 @@ bool Recorder::reduce(const Tensor& x, const Shape& dims, bool mean, const Tenso
   return true;
 }
 
+// Note [Concatenation in place]: cat copies each piece into its slot of a fresh output. When a
+// piece is a held result (rotary embedding's two rotated halves, say), the copy is recorded as
+// a cast into that slot (a view of the output) and fuses into the piece's group: the group
+// stores the piece straight into the output, and the piece itself, which nobody reads after
+// cat, is never written. A slot is live out through the output's storage. Reading the output
+// afterwards (through its own tensor, not a slot) flushes first, as any other view of a held
+// result does, so it is complete by then.
+bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
+  if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || out.numel() == 0) return false;
+  bool held = false;
+  for (const Tensor& t : inputs) {
+    if (t.device() != out.device()) return false;
+    const int v = result_of(t);
+    held = held || (v >= 0 && region_.value(v).producer >= 0);
+  }
+  if (!held) return false;  // nothing to gain over the copies
+  int64_t offset = 0;
+  for (const Tensor& t : inputs) {
+    Shape sizes = out.sizes();
+    sizes[static_cast<size_t>(dim)] = t.size(dim);
+    const Tensor slot = alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(dim));
+    offset += t.size(dim);
+    if (t.numel() == 0) continue;
+    // Cannot refuse now: the checks above are cast's, and they hold for every piece.
+    NABLA_ASSERT(cast(t, slot), "recorder: a piece of cat was refused after the checks");
+  }
+  return true;
+}
+
 void Recorder::flush() {
   if (flushing_ || region_.empty()) return;
   flushing_ = true;
@@ -197,6 +227,11 @@ void Recorder::flush() {
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out) {
   Recorder* r = t_recorder;
   return r != nullptr && r->reduce(x, dims, mean, out);
+}
+
+bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
+  Recorder* r = t_recorder;
+  return r != nullptr && r->cat(inputs, dim, out);
 }
 
 Recorder* active_recorder() {

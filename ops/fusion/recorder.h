@@ -31,6 +31,10 @@ class Recorder final : public DeferredLaunches {
   // The sum or mean of a held result over `dims` (ascending), into the front end's fresh
   // contiguous `out`, where a fused kernel can read it in place (fusion::reduce_layout).
   bool reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
+  // cat(inputs, dim) into the front end's fresh `out`, when a piece is a held result: each piece
+  // is recorded as a copy into its slot of out, which its group then writes directly (Note
+  // [Concatenation in place] in recorder.cpp). All pieces or none.
+  bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 
   // Plans what is held (a result someone still holds is live out), runs it, and forgets it.
   void flush() override;
@@ -70,5 +74,6 @@ bool record_binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& 
 bool record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 bool record_cast(const Tensor& src, const Tensor& out);
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
+bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 
 }  // namespace nabla::ops::fusion

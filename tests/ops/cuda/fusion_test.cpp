@@ -360,6 +360,32 @@ TEST(FusionScopeCuda, HeldResultsReadThroughViewsOrByTheHostAreWrittenFirst) {
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
+// Note [Concatenation in place]: rotary embedding written with halves and cat, as users write it.
+// The rotated halves are held results, so their groups store them straight into the cat's output;
+// the result, a read of the output after it and the backward give the eager bits. A cat with
+// a piece that is no held result (an input) takes the copies, as before.
+TEST(FusionScopeCuda, CatOfHeldResultsIsComputedInPlace) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x0 = random_cuda({4, 3, 64, 32}, kBFloat16, seed);
+  const Tensor c = random_cuda({64, 16}, kFloat32, seed + 1), s = random_cuda({64, 16}, kFloat32, seed + 2);
+  const Tensor g = random_cuda({4, 3, 64, 32}, kBFloat16, seed + 3);
+  const Tensor other = random_cuda({4, 3, 64, 8}, kFloat32, seed + 4);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    Tensor x = x0.detach().requires_grad_(true);
+    const Tensor a = x.narrow(-1, 0, 16), b = x.narrow(-1, 16, 16);
+    Tensor rotated = cat({a * c - b * s, b * c + a * s}, -1);  // float32: the tables' dtype
+    Tensor y = rotated.to(kBFloat16);
+    Tensor mixed = cat({exp(rotated.narrow(-1, 0, 8)), other}, -1) * 2.0;  // a held piece and an input
+    y.backward(g);
+    return TensorList{y.detach(), rotated.detach(), mixed, x.grad()};
+  });
+  EXPECT_EQ(stats.fallbacks, 0);
+  EXPECT_GE(stats.fused_kernels, 2);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
 TEST(FusionScopeCuda, InPlaceOpsSeeTheHeldOpsBeforeThemAndNotAfter) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_NVRTC();
