@@ -128,6 +128,11 @@ bool Recorder::where(const Tensor& cond, const Tensor& a, const Tensor& b, const
 }
 
 bool Recorder::cast(const Tensor& src, const Tensor& out) {
+  if (const auto it = cats_.find(src.impl());
+      it != cats_.end() && src.sizes() == out.sizes() && it->second.out.lock().get() == src.impl()) {
+    const CatRecord cat = it->second;  // a copy: cast_pieces adds to cats_
+    if (cast_pieces(cat, out)) return true;
+  }
   if (src.sizes() != out.sizes() || !accepts({&src}, out)) return false;
   add({.kind = OpKind::Cast, .args = {value_of(src)}}, out);
   return true;
@@ -149,7 +154,9 @@ bool Recorder::reduce(const Tensor& x, const Shape& dims, bool mean, const Tenso
 // stores the piece straight into the output, and the piece itself, which nobody reads after
 // cat, is never written. A slot is live out through the output's storage. Reading the output
 // afterwards (through its own tensor, not a slot) flushes first, as any other view of a held
-// result does, so it is complete by then.
+// result does, so it is complete by then. A cast of the whole output (rotary's `.to(x.dtype())`)
+// is recorded as casts of its pieces into the slots of the cast's output instead, so the group
+// stores the cast pieces and the uncast output is not written either unless someone holds it.
 bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
   if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || out.numel() == 0) return false;
   bool held = false;
@@ -159,16 +166,39 @@ bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
     held = held || (v >= 0 && region_.value(v).producer >= 0);
   }
   if (!held) return false;  // nothing to gain over the copies
+  const int flushes = stats_.flushes;
+  CatRecord record{.out = out.impl_ptr(), .dim = dim, .pieces = {}};
   int64_t offset = 0;
   for (const Tensor& t : inputs) {
     Shape sizes = out.sizes();
     sizes[static_cast<size_t>(dim)] = t.size(dim);
     const Tensor slot = alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(dim));
+    if (t.numel() > 0) {
+      // Cannot refuse now: the checks above are cast's, and they hold for every piece.
+      NABLA_ASSERT(cast(t, slot), "recorder: a piece of cat was refused after the checks");
+      record.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, offset);
+    }
     offset += t.size(dim);
-    if (t.numel() == 0) continue;
-    // Cannot refuse now: the checks above are cast's, and they hold for every piece.
-    NABLA_ASSERT(cast(t, slot), "recorder: a piece of cat was refused after the checks");
   }
+  // Only a cat whose pieces all sit in this region (no flush came between them) can be cast piecewise.
+  if (stats_.flushes == flushes) cats_[out.impl()] = std::move(record);
+  return true;
+}
+
+bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
+  if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || out.device() != device_ ||
+      !(stream_ == nabla::cuda::current_stream(out.device().index)) ||
+      region_.ops().size() + cat.pieces.size() > kMaxHeldOps) {
+    return false;
+  }
+  CatRecord next{.out = out.impl_ptr(), .dim = cat.dim, .pieces = {}};
+  for (const auto& [v, offset] : cat.pieces) {
+    const Shape sizes = region_.value(v).sizes;  // a copy: add() grows the values
+    add({.kind = OpKind::Cast, .args = {v}},
+        alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(cat.dim)));
+    next.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, offset);
+  }
+  cats_[out.impl()] = std::move(next);
   return true;
 }
 
@@ -183,6 +213,7 @@ void Recorder::flush() {
       r.slots_.clear();
       r.by_impl_.clear();
       r.by_storage_.clear();
+      r.cats_.clear();
       r.flushing_ = false;
     }
   } forget{*this};

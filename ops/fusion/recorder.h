@@ -44,6 +44,9 @@ class Recorder final : public DeferredLaunches {
  private:
   bool accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out);
   int result_of(const Tensor& t) const;
+  // A cast of a cat output recorded here: the casts of its pieces into the slots of `out`.
+  struct CatRecord;
+  bool cast_pieces(const CatRecord& cat, const Tensor& out);
   int value_of(const Tensor& t);
   void add(Op op, const Tensor& out);
 
@@ -59,8 +62,15 @@ class Recorder final : public DeferredLaunches {
   std::vector<Slot> slots_;
   std::unordered_map<const TensorImpl*, int> by_impl_;  // by tensor (checked against the slot)
   std::unordered_map<const Storage*, int> by_storage_;  // results, by buffer (likewise)
-  Device device_ = Device::cpu();                       // of every tensor held
-  nabla::cuda::Stream stream_;                          // the ops were recorded on
+  // The outputs of cats recorded whole in this region: their pieces' values and offsets.
+  struct CatRecord {
+    std::weak_ptr<TensorImpl> out;
+    int64_t dim = 0;
+    std::vector<std::pair<int, int64_t>> pieces;  // (value, offset along dim)
+  };
+  std::unordered_map<const TensorImpl*, CatRecord> cats_;
+  Device device_ = Device::cpu();  // of every tensor held
+  nabla::cuda::Stream stream_;     // the ops were recorded on
   bool flushing_ = false;
   FusionStats stats_;
 };

@@ -362,8 +362,8 @@ TEST(FusionScopeCuda, HeldResultsReadThroughViewsOrByTheHostAreWrittenFirst) {
 
 // Note [Concatenation in place]: rotary embedding written with halves and cat, as users write it.
 // The rotated halves are held results, so their groups store them straight into the cat's output;
-// the result, a read of the output after it and the backward give the eager bits. A cat with
-// a piece that is no held result (an input) takes the copies, as before.
+// the result, its cast (recorded piecewise), a read of the output after it and the backward give
+// the eager bits. A cat with a piece that is no held result (an input) takes the copies.
 TEST(FusionScopeCuda, CatOfHeldResultsIsComputedInPlace) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_NVRTC();
@@ -378,8 +378,10 @@ TEST(FusionScopeCuda, CatOfHeldResultsIsComputedInPlace) {
     Tensor rotated = cat({a * c - b * s, b * c + a * s}, -1);  // float32: the tables' dtype
     Tensor y = rotated.to(kBFloat16);
     Tensor mixed = cat({exp(rotated.narrow(-1, 0, 8)), other}, -1) * 2.0;  // a held piece and an input
-    y.backward(g);
-    return TensorList{y.detach(), rotated.detach(), mixed, x.grad()};
+    // As nabla-bench llama writes it: the float32 cat a temporary, cast to bfloat16 piecewise.
+    Tensor y2 = cat({b * c - a * s, a * c + b * s}, -1).to(kBFloat16);
+    (y.to(kFloat32) * g.to(kFloat32) + y2 * 0.5).sum().backward();
+    return TensorList{y.detach(), rotated.detach(), mixed, y2.detach(), x.grad()};
   });
   EXPECT_EQ(stats.fallbacks, 0);
   EXPECT_GE(stats.fused_kernels, 2);
