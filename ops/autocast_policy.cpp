@@ -23,8 +23,11 @@ Tensor cast_to_lower(const Tensor& t, DType dtype) {
   // A cast made without grad mode has no edge to the source; it must not serve a later use that
   // needs one (and the other way round), so grad mode is part of the key.
   const bool with_grad = GradMode::is_enabled();
+  // Other leaves (frozen weights, inputs) are cast per use, as PyTorch does: caching them would
+  // keep their casts for the whole scope.
+  if (!cacheable(t) && t.is_leaf()) return t.to(dtype);
   if (!cacheable(t)) {
-    // Any other tensor: the same cast again while both are held (Note [Activation casts]).
+    // Activations: the same cast again while the source is held (Note [Activation casts]).
     Tensor cast = autocast::cached_activation_cast(t, dtype, with_grad);
     if (cast.defined()) return cast;
     cast = t.to(dtype);

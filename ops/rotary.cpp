@@ -51,8 +51,8 @@ Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t off
 void check_input(const Tensor& x, int64_t head_dim) {
   ops::check_defined(kOp, x, "input");
   NABLA_CHECK(x.is_floating_point() && x.dim() >= 2 && x.dim() <= ops::RotaryCall::kMaxDims &&
-                  x.size(-1) % 2 == 0 && (head_dim == 0 || x.size(-1) == head_dim),
-              "{}: expected a floating (..., T, D) input of 2 to {} dims with D even{}, got {}", kOp,
+                  x.size(-1) % 2 == 0 && x.size(-1) >= 2 && (head_dim == 0 || x.size(-1) == head_dim),
+              "{}: expected a floating (..., T, D) input of 2 to {} dims with D even and >= 2{}, got {}", kOp,
               ops::RotaryCall::kMaxDims, head_dim == 0 ? "" : fmt::format(" and D = {}", head_dim),
               describe(x));
 }
@@ -108,11 +108,11 @@ std::vector<double> rotary_frequencies(int64_t head_dim, double base,
 RotaryCache::RotaryCache(int64_t head_dim, int64_t max_positions, const RotaryCacheOptions& options)
     : head_dim_(head_dim), options_(options) {
   NABLA_CHECK(max_positions > 0, "RotaryCache: max_positions must be > 0, got {}", max_positions);
-  const auto [c, s] = host_tables(rotary_frequencies(head_dim, options.base, options.scaling), max_positions);
-  cos64_ = c.to(options.device);
-  sin64_ = s.to(options.device);
-  cos_ = cos64_.to(kFloat32);
-  sin_ = sin64_.to(kFloat32);
+  frequencies_ = rotary_frequencies(head_dim, options.base, options.scaling);
+  const auto [c, s] = host_tables(frequencies_, max_positions);
+  cos_ = c.to(kFloat32).to(options.device);  // rounded on the host: half the bytes to copy
+  sin_ = s.to(kFloat32).to(options.device);
+  wide_ = std::make_shared<WideTables>();
 }
 
 Tensor RotaryCache::operator()(const Tensor& x, int64_t offset) const {
@@ -123,8 +123,13 @@ Tensor RotaryCache::operator()(const Tensor& x, int64_t offset) const {
   NABLA_CHECK(offset >= 0 && offset + x.size(-2) <= max_positions(),
               "RotaryCache: positions {} .. {} are outside the table's 0 .. {} (max_positions {})", offset,
               offset + x.size(-2) - 1, max_positions() - 1, max_positions());
-  const bool wide = x.dtype() == kFloat64;
-  return rotate(x, wide ? cos64_ : cos_, wide ? sin64_ : sin_, offset, options_.interleaved, false);
+  if (x.dtype() != kFloat64) return rotate(x, cos_, sin_, offset, options_.interleaved, false);
+  std::call_once(wide_->once, [&] {
+    const auto [c, s] = host_tables(frequencies_, max_positions());
+    wide_->cos = c.to(options_.device);
+    wide_->sin = s.to(options_.device);
+  });
+  return rotate(x, wide_->cos, wide_->sin, offset, options_.interleaved, false);
 }
 
 std::pair<Tensor, Tensor> RotaryCache::operator()(const Tensor& q, const Tensor& k, int64_t offset) const {

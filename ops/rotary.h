@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -69,9 +71,16 @@ class RotaryCache {
   const Tensor& sin() const { return sin_; }
 
  private:
+  // float64 tables, made at the first float64 input (shared by copies of the cache).
+  struct WideTables {
+    std::once_flag once;
+    Tensor cos, sin;
+  };
   int64_t head_dim_ = 0;
   RotaryCacheOptions options_;
-  Tensor cos_, sin_, cos64_, sin64_;  // float32 and float64
+  std::vector<double> frequencies_;
+  Tensor cos_, sin_;  // float32
+  std::shared_ptr<WideTables> wide_;
 };
 
 // One-off rotation of x with tables for its own positions, computed on x's device each call

@@ -1,5 +1,6 @@
 #include "nabla/nn/models/llama.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -44,10 +45,11 @@ LlamaAttention::LlamaAttention(const LlamaConfig& c, std::shared_ptr<RotaryCache
 
 Tensor LlamaAttention::forward(const Tensor& x) {
   Tensor keys, values;
-  return forward(x, keys, values, 0);
+  return forward(x, keys, values, 0, 0);
 }
 
-Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset) {
+Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset,
+                               int64_t capacity) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads, groups = heads / kv_heads;
   if (!rope->defined() || rope->options().device != x.device()) {
     RotaryCacheOptions options = rope_options;
@@ -57,12 +59,23 @@ Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, in
   auto [q, k] = (*rope)(q_proj(x).view({B, T, heads, D}).transpose(1, 2),
                         k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), offset);
   Tensor v = v_proj(x).view({B, T, kv_heads, D}).transpose(1, 2);
-  if (keys.defined()) {
-    k = cat({keys, k}, 2);
-    v = cat({values, v}, 2);
+  if (capacity > 0) {
+    // The cache: this chunk's keys and values written in place, then attention over the filled
+    // positions, read through views of the buffers (no copy, no allocation per token).
+    NABLA_CHECK(!GradMode::is_enabled(),
+                "Llama: the key/value cache is for inference; run it under NoGradGuard (generate does)");
+    if (!keys.defined()) {
+      keys = Tensor::empty({B, kv_heads, capacity, D}, k.options());
+      values = Tensor::empty({B, kv_heads, capacity, D}, v.options());
+    }
+    NABLA_CHECK(offset + T <= keys.size(2) && keys.size(0) == B && keys.dtype() == k.dtype(),
+                "Llama: the cache holds {} positions of {}, and positions {} .. {} of {} do not fit it",
+                keys.size(2), describe(keys), offset, offset + T - 1, describe(k));
+    keys.narrow(2, offset, T).copy_(k);
+    values.narrow(2, offset, T).copy_(v);
+    k = keys.narrow(2, 0, offset + T);
+    v = values.narrow(2, 0, offset + T);
   }
-  keys = k;
-  values = v;
   const int64_t L = k.size(2);  // every key position: the cached ones, then these
   // Grouped-query attention reads the shared heads (Hugging Face's repeat_kv, without the copy):
   // key/value head j serves query heads j * groups .. (j + 1) * groups - 1.
@@ -108,8 +121,9 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x) {
   return h + mlp(post_attention_layernorm(h));
 }
 
-Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset) {
-  const Tensor h = x + self_attn.forward(input_layernorm(x), keys, values, offset);
+Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset,
+                                  int64_t capacity) {
+  const Tensor h = x + self_attn.forward(input_layernorm(x), keys, values, offset, capacity);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -131,7 +145,8 @@ Tensor LlamaModel::forward(const Tensor& tokens, LlamaCache& cache) {
   cache.values.resize(layers.size());
   Tensor x = embed_tokens(tokens);
   for (size_t i = 0; i < layers.size(); ++i) {
-    x = static_cast<LlamaDecoderLayer&>(layers[i]).forward(x, cache.keys[i], cache.values[i], cache.length);
+    x = static_cast<LlamaDecoderLayer&>(layers[i]).forward(x, cache.keys[i], cache.values[i], cache.length,
+                                                           cache.capacity);
   }
   cache.length += tokens.size(1);
   return norm(x);
@@ -157,9 +172,15 @@ Tensor Llama::logits(const Tensor& tokens) {
 Tensor Llama::logits(const Tensor& tokens, LlamaCache& cache) {
   NABLA_CHECK(tokens.dim() == 2 && tokens.size(1) >= 1,
               "Llama: expected (batch, time) tokens with time >= 1, got {}", describe(tokens));
-  NABLA_CHECK(cache.length + tokens.size(1) <= config.context,
-              "Llama: {} cached positions and {} new ones pass the model's context of {}", cache.length,
-              tokens.size(1), config.context);
+  if (cache.capacity == 0) cache.capacity = config.context;
+  NABLA_CHECK(cache.capacity <= config.context,
+              "Llama: a cache of {} positions passes the model's context of {}", cache.capacity,
+              config.context);
+  NABLA_CHECK(
+      cache.length + tokens.size(1) <= cache.capacity,
+      "Llama: {} cached positions and {} new ones pass the cache's capacity of {} (the model's context "
+      "is {})",
+      cache.length, tokens.size(1), cache.capacity, config.context);
   return lm_head(model.forward(tokens, cache));
 }
 
@@ -170,6 +191,8 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
               o.max_new_tokens, o.temperature, o.top_k, o.top_p);
   NoGradGuard no_grad;
   LlamaCache cache;
+  // Exactly what this generation fills: the prompt, then every new token but the last.
+  cache.capacity = prompt.size(1) + std::max<int64_t>(o.max_new_tokens - 1, 0);
   TensorList out = {prompt};
   Tensor next_logits = logits(prompt, cache).select(1, -1);  // (B, vocab)
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
@@ -203,6 +226,15 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
     if (i + 1 < o.max_new_tokens) next_logits = logits(next, cache).select(1, -1);
   }
   return cat(out, 1);
+}
+
+int64_t LlamaCache::bytes() const {
+  int64_t total = 0;
+  for (const auto* list : {&keys, &values}) {
+    for (const Tensor& t : *list)
+      total += t.defined() ? t.numel() * static_cast<int64_t>(itemsize(t.dtype())) : 0;
+  }
+  return total;
 }
 
 Tensor Llama::loss(const Tensor& tokens, const Tensor& targets) {

@@ -45,11 +45,16 @@ struct LlamaConfig {
   bool tie_embeddings = false;
 };
 
-// Generation's key/value cache: per layer, the keys and values (B, kv_heads, length, D) of every
-// position run so far, each key/value head stored once; `length` positions in all.
+// Generation's key/value cache: per layer, one key and one value buffer (B, kv_heads, capacity,
+// D), allocated at the first use (in the projections' dtype) and written in place, of which the
+// first `length` positions are filled; each key/value head is stored once. Its memory is
+// bytes() = 2 * layers * B * kv_heads * capacity * D * itemsize, whatever the length. For
+// inference only (under NoGradGuard): the cache records no gradients.
 struct LlamaCache {
   std::vector<Tensor> keys, values;
   int64_t length = 0;
+  int64_t capacity = 0;  // positions to allocate; 0: the model's context
+  int64_t bytes() const;
 };
 
 struct GenerateOptions {
@@ -66,9 +71,10 @@ class LlamaAttention : public Module {
   // `rope`: the rotary tables, shared by the model's layers (a new one when null).
   explicit LlamaAttention(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // (B, T, C) at positions 0 .. T-1
-  // x at positions `offset` .. offset + T - 1, attending to the cached keys and values before it
-  // (keys and values undefined: none), which it extends with its own.
-  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
+  // x at positions `offset` .. offset + T - 1, attending to the cached keys and values before it,
+  // after writing its own at offset .. offset + T - 1 of the cache's buffers (B, kv_heads,
+  // capacity, D), allocated here when undefined. Under NoGradGuard only.
+  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
   Linear q_proj, k_proj, v_proj, o_proj;
   int64_t heads, kv_heads, context;
   RotaryCacheOptions rope_options;
@@ -88,7 +94,7 @@ class LlamaDecoderLayer : public Module {
  public:
   explicit LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
-  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset);
+  Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
   RMSNorm input_layernorm, post_attention_layernorm;
   LlamaAttention self_attn;
   LlamaMLP mlp;
@@ -138,8 +144,9 @@ class Llama : public Module {
 // A LlamaConfig from the text of Hugging Face's config.json (`name` goes into errors):
 // vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads (required);
 // num_key_value_heads (default: the heads), max_position_embeddings (2048), rms_norm_eps (1e-6),
-// rope_theta (10000), rope_scaling (null, or "rope_type": "llama3" with factor, low_freq_factor,
-// high_freq_factor and original_max_position_embeddings), tie_word_embeddings (false). What
+// rope_theta (10000), rope_scaling (null, "rope_type": "default", or "llama3" with factor,
+// low_freq_factor, high_freq_factor and original_max_position_embeddings; transformers 5's
+// "rope_parameters" holds rope_theta and these), tie_word_embeddings (false). What
 // this model cannot be is an error naming the field: a head_dim other than hidden_size /
 // num_attention_heads, biases (attention_bias, mlp_bias), a hidden_act other than silu, another
 // rope_type, head counts that do not divide.

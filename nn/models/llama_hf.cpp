@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "nabla/core/error.h"
@@ -55,19 +56,22 @@ class ConfigReader {
   const std::string& name_;
 };
 
-RotaryScaling llama3_scaling(const json& j, const std::string& name) {
-  NABLA_CHECK(j.is_object(), "{}: \"rope_scaling\" must be null or an object, got {}", name, j.dump());
-  const std::string where = name + " rope_scaling";
+// The scaling of a rope_scaling (or transformers 5's rope_parameters) object: none for
+// "default", Llama 3's for "llama3"; any other type is an error naming it.
+std::optional<RotaryScaling> rope_scaling_of(const json& j, const std::string& name, const char* field) {
+  NABLA_CHECK(j.is_object(), "{}: \"{}\" must be null or an object, got {}", name, field, j.dump());
+  const std::string where = name + " " + field;
   const ConfigReader r(j, where);
   // Older files call it "type".
-  const std::string type = r.string("rope_type", r.string("type", ""));
+  const std::string type = r.string("rope_type", r.string("type", "default"));
+  if (type == "default") return std::nullopt;
   NABLA_CHECK(type == "llama3",
-              "{}: rope_type \"{}\" is not supported; nabla's Llama takes null or \"llama3\" rope_scaling",
-              name, type);
-  return {.factor = r.number("factor"),
-          .low_freq_factor = r.number("low_freq_factor"),
-          .high_freq_factor = r.number("high_freq_factor"),
-          .original_max_positions = r.integer("original_max_position_embeddings")};
+              "{}: rope_type \"{}\" is not supported; nabla's Llama takes \"default\" or \"llama3\"", name,
+              type);
+  return RotaryScaling{.factor = r.number("factor"),
+                       .low_freq_factor = r.number("low_freq_factor"),
+                       .high_freq_factor = r.number("high_freq_factor"),
+                       .original_max_positions = r.integer("original_max_position_embeddings")};
 }
 
 std::string read_text(const std::string& path) {
@@ -100,7 +104,15 @@ LlamaConfig llama_config_from_json(const std::string& text, const std::string& n
   c.eps = r.number("rms_norm_eps", 1e-6);
   c.rope_base = r.number("rope_theta", 10000.0);
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
-  if (r.has("rope_scaling")) c.rope_scaling = llama3_scaling(j["rope_scaling"], name);
+  // transformers 5 writes rope_theta and the scaling into "rope_parameters"; older files keep
+  // them at the top level (rope_theta, rope_scaling).
+  if (r.has("rope_parameters")) {
+    const json& p = j["rope_parameters"];
+    c.rope_scaling = rope_scaling_of(p, name, "rope_parameters");
+    c.rope_base = ConfigReader(p, name + " rope_parameters").number("rope_theta", c.rope_base);
+  } else if (r.has("rope_scaling")) {
+    c.rope_scaling = rope_scaling_of(j["rope_scaling"], name, "rope_scaling");
+  }
 
   NABLA_CHECK(c.vocab > 0 && c.width > 0 && c.hidden > 0 && c.layers > 0 && c.heads > 0 && c.kv_heads > 0 &&
                   c.context > 0,

@@ -167,6 +167,7 @@ bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
   }
   if (!held) return false;  // nothing to gain over the copies
   const int flushes = stats_.flushes;
+  bool piecewise = true;
   CatRecord record{.out = out.impl_ptr(), .dim = dim, .pieces = {}};
   int64_t offset = 0;
   for (const Tensor& t : inputs) {
@@ -175,13 +176,17 @@ bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
     const Tensor slot = alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(dim));
     if (t.numel() > 0) {
       // Cannot refuse now: the checks above are cast's, and they hold for every piece.
+      const size_t before = slots_.size();
       NABLA_ASSERT(cast(t, slot), "recorder: a piece of cat was refused after the checks");
+      // A piece that is itself a cat (or its cast) was recorded as several values: this output
+      // cannot be cast piecewise then (its record would name one of them).
+      if (slots_.size() != before + 1) piecewise = false;
       record.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, offset);
     }
     offset += t.size(dim);
   }
   // Only a cat whose pieces all sit in this region (no flush came between them) can be cast piecewise.
-  if (stats_.flushes == flushes) cats_[out.impl()] = std::move(record);
+  if (piecewise && stats_.flushes == flushes) cats_[out.impl()] = std::move(record);
   return true;
 }
 

@@ -241,9 +241,9 @@ TEST(AmpAutocast, CastsEachParameterOncePerScope) {
 }
 
 // Note [Activation casts]: a float32 activation that feeds several linears is cast once while the
-// cast is held (here by the linears' saved inputs), not once per linear; an in-place change or a
-// freed cast makes a new one. The gradient still reaches the activation in float32, as the sum
-// of the linears' input gradients (taken in bf16 and summed in the cast's bf16 gradient).
+// source is alive, not once per linear; an in-place change of the source makes a new one. The gradient still
+// reaches the activation in float32, as the sum of the linears' input gradients (taken in bf16 and summed in
+// the cast's bf16 gradient).
 TEST(AmpAutocast, CastsAnActivationOnceWhileItsCastIsHeld) {
   const uint64_t s = test_seed();
   const Tensor x = input32({3, 5}, s, true);

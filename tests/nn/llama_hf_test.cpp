@@ -28,9 +28,9 @@ const char* kConfig = R"({
   "torch_dtype": "bfloat16", "attention_bias": false
 })";
 
-// kConfig with one field replaced (or removed, with value ""), as text.
-std::string with(const std::string& field, const std::string& value) {
-  std::string text = kConfig;
+// `base` (kConfig) with one field replaced (or removed, with value ""), as text.
+std::string with(const std::string& field, const std::string& value, const std::string& base = kConfig) {
+  std::string text = base;
   const std::string key = "\"" + field + "\": ";
   const size_t at = text.find(key);
   if (at == std::string::npos) return text.substr(0, text.rfind('}')) + ", " + key + value + "}";
@@ -73,6 +73,17 @@ TEST(LlamaHf, ConfigFieldsAndDefaults) {
   EXPECT_EQ(d.eps, 1e-6);
   EXPECT_EQ(d.rope_base, 10000.0);
   EXPECT_FALSE(d.rope_scaling.has_value());
+  // transformers 5: rope_theta and the scaling in rope_parameters; "default" is no scaling.
+  const models::LlamaConfig e = models::llama_config_from_json(
+      with("rope_parameters",
+           R"({"rope_type": "llama3", "rope_theta": 250000.0, "factor": 16.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32})",
+           with("rope_scaling", "")));
+  EXPECT_EQ(e.rope_base, 250000.0);
+  ASSERT_TRUE(e.rope_scaling.has_value());
+  EXPECT_EQ(e.rope_scaling->factor, 16.0);
+  EXPECT_FALSE(models::llama_config_from_json(with("rope_scaling", R"({"rope_type": "default"})"))
+                   .rope_scaling.has_value());
 }
 
 TEST(LlamaHf, ConfigErrorsNameTheField) {

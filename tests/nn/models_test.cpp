@@ -272,6 +272,7 @@ TEST(Llama, CachedLogitsEqualAFullPass) {
   models::Llama model(tiny_llama());
   model.to(nb::kFloat64);
   const nb::Tensor tokens = nb::randint(0, 24, {2, 9}, {.dtype = nb::kInt64});
+  nb::NoGradGuard no_grad;  // the cache is for inference
   const nb::Tensor full = model.logits(tokens);
   models::LlamaCache cache;
   nb::TensorList parts;
@@ -281,6 +282,35 @@ TEST(Llama, CachedLogitsEqualAFullPass) {
   EXPECT_EQ(cache.length, 9);
   EXPECT_TRUE(nabla::testing::all_close(nb::cat(parts, 1), full, 1e-12, 1e-12));
   EXPECT_THROW(model.logits(nb::zeros({2, 8}, {.dtype = nb::kInt64}), cache), nb::Error);  // 17 > 16
+}
+
+// The cache is allocated once, at its capacity (the model's context by default, or what
+// generate fills), and written in place: its memory is what the config says, and a step moves
+// no buffer. It refuses positions past its capacity and gradient mode.
+TEST(Llama, TheCacheIsPreallocatedAtItsCapacity) {
+  nb::manual_seed(test_seed());
+  const models::LlamaConfig config = tiny_llama();
+  models::Llama model(config);
+  model.to(nb::kFloat64);
+  const nb::Tensor tokens = nb::randint(0, 24, {3, 6}, {.dtype = nb::kInt64});
+  models::LlamaCache cache;
+  EXPECT_NABLA_ERROR(model.logits(tokens, cache), "run it under NoGradGuard");
+  nb::NoGradGuard no_grad;
+  models::LlamaCache small;
+  small.capacity = 8;
+  model.logits(tokens, small);
+  const int64_t D = config.width / config.heads;
+  ASSERT_EQ(small.keys.size(), static_cast<size_t>(config.layers));
+  EXPECT_EQ(small.keys[0].sizes(), (nb::Shape{3, config.kv_heads, 8, D}));
+  EXPECT_EQ(small.bytes(), 2 * config.layers * 3 * config.kv_heads * 8 * D * 8);
+  const void* before = small.keys[1].data_ptr();
+  model.logits(tokens.narrow(1, 0, 2), small);
+  EXPECT_EQ(small.keys[1].data_ptr(), before) << "a step must write into the buffer, not replace it";
+  EXPECT_EQ(small.length, 8);
+  EXPECT_NABLA_ERROR(model.logits(tokens.narrow(1, 0, 1), small), "capacity of 8");
+  models::LlamaCache fresh;
+  model.logits(tokens, fresh);
+  EXPECT_EQ(fresh.keys[0].size(2), config.context);  // the default: the model's context
 }
 
 TEST(Llama, GenerationWithTheCacheEqualsRecomputingThePrefix) {

@@ -70,7 +70,7 @@ TEST(Rotary, GradientsAndErrors) {
   EXPECT_NABLA_ERROR(rotary_embedding(x, {.offset = -1}), "rotary_embedding", "offset >= 0");
 }
 
-// ---- tril, triu, masked_fill ------------------------------------------------------------------
+// ---- RotaryCache -------------------------------------------------------------------------------
 
 TEST(RotaryCache, MatchesLoopsForBothPairingsAndOffsets) {
   for (bool interleaved : {false, true}) {

@@ -102,7 +102,7 @@ std::string problem(const Tensor& q, const Tensor& k, const Tensor& v, bool back
   const int64_t D = q.size(3), Tq = q.size(2), Tk = k.size(2);
   if (D % 8 != 0 || D > 128 || v.size(3) != D)
     return "nabla's cuDNN attention takes D == Dv, a multiple of 8 up to 128";
-  if (k.size(1) != v.size(1) || q.size(1) % k.size(1) != 0)
+  if (k.size(1) != v.size(1) || k.size(1) == 0 || q.size(1) % k.size(1) != 0)
     return "key and value need one head count that divides the query's";
   if (q.numel() == 0 || Tk == 0) return "empty inputs";
   // Before 9.15.1 cudnn-frontend adds a padding mask to the backward unless T % 128 == 0; nabla

@@ -5,17 +5,16 @@
 //  1. prepare_kernel: delta_i = sum_d dout_id out_id (float32, (B, H, Tq)), 0 for rows that saw no
 //     key (lse = -inf), and zeros in the float32 dq buffer (B, H, Tq, D), which is contiguous
 //     whatever dq's strides.
-//  2. backward_kernel: a block owns 128 keys of one (b, h), 8 warps of 16 keys each; dk and dv for
-//     its keys (16 x kD floats each per warp) stay in registers for the whole walk over the query
-//     tiles of 64 that can see those keys (under causal the tiles before the block's first key are
-//     skipped). Per query tile a warp recomputes its slice of the weights transposed,
-//     p^T = exp(k q^T * scale + mask^T - lse) (16 keys x 64 queries), so that p^T, dp^T = v dout^T
-//     and ds^T = p^T (dp^T - delta) are all C-layout tiles with keys as rows: they feed
-//     dv += p^T dout and dk += ds^T q as A operands straight from registers. dq needs ds with
-//     queries as rows, so ds^T goes through shared memory, and dq += ds k is added to the float32
-//     buffer with atomics (every key block adds into the same dq rows).
-//     Shared memory: k and v (128 x kD), q and dout double-buffered (2 x 64 x kD each, the next
-//     tile's copy overlaps this tile's products), ds^T (128 x 64): 155 KB at kD = 128.
+//  2. backward_kernel: a block owns 128 keys of one (b, key/value head), 8 warps of 16 keys each;
+//     dk and dv for its keys (16 x kD floats each per warp) stay in registers for the whole walk
+//     over the query tiles of 64 that can see those keys, of every query head of its group (under causal the
+//     tiles before the block's first key are skipped). Per query tile a warp recomputes its slice of the
+//     weights transposed, p^T = exp(k q^T * scale + mask^T - lse) (16 keys x 64 queries), so that p^T, dp^T =
+//     v dout^T and ds^T = p^T (dp^T - delta) are all C-layout tiles with keys as rows: they feed dv += p^T
+//     dout and dk += ds^T q as A operands straight from registers. dq needs ds with queries as rows, so ds^T
+//     goes through shared memory, and dq += ds k is added to the float32 buffer with atomics (every key block
+//     adds into the same dq rows). Shared memory: k and v (128 x kD), q and dout double-buffered (2 x 64 x kD
+//     each, the next tile's copy overlaps this tile's products), ds^T (128 x 64): 155 KB at kD = 128.
 //  3. finish_dq_kernel: dq = buffer * scale, rounded to q's dtype and written at dq's strides.
 // dq, dk and dv may be strided views (say of one (B, T, 3, H, D) buffer, as q, k and v are views
 // of one projection in a GPT); dk and dv rows are stored 16 bytes at a time where vector_ok.
@@ -229,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const __grid_constan
     } else {
       cp_async_wait<0>();
     }
-    __syncthreads();  // tile `it` has landed (for the lse/delta stores too)
+    __syncthreads();  // step j's tile has landed (for the lse/delta stores too)
     const T* q_tile = q_tiles + buf * kQueryRows * kStride;
     const T* dout_tile = dout_tiles + buf * kQueryRows * kStride;
     const float* lse_tile = lse_tiles + buf * kQueryRows;

@@ -275,7 +275,7 @@ bool flash_attention_supported(const Tensor& q, const Tensor& k, const Tensor& v
   if (D % 8 != 0 || D <= 0 || D > 128 || k.size(3) != D || v.size(3) != D) return false;
   // Grouped-query attention: k and v share a head count that divides q's.
   if (k.size(0) != q.size(0) || v.size(0) != q.size(0) || k.size(1) != v.size(1)) return false;
-  if (k.size(1) == 0 || q.size(1) % k.size(1) != 0) return false;
+  if (k.size(1) == 0 ? q.size(1) != 0 : q.size(1) % k.size(1) != 0) return false;  // H = 0: nothing to do
   if (k.size(2) != v.size(2)) return false;
   // Grid limits: (b, h) are the grid's z and y; the kernels index rows with int.
   if (q.size(0) > 65535 || q.size(1) > 65535) return false;

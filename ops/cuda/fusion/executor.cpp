@@ -38,8 +38,13 @@ void warn_once(const std::string& cause) {
 const Tensor& buffer(const Region& region, std::vector<Tensor>& t, int v, Device device) {
   Tensor& slot = t[static_cast<size_t>(v)];
   if (!slot.defined()) {
+    // Sized by the layout's extent, not its element count: a cat's slot has the whole output's
+    // strides (Note [Concatenation in place]) and reaches past numel.
     const Value& value = region.value(v);
-    slot = Tensor::empty({numel_of(value.sizes)}, {.dtype = value.dtype, .device = device})
+    int64_t extent = numel_of(value.sizes) == 0 ? 0 : 1;
+    for (size_t d = 0; d < value.sizes.size() && extent > 0; ++d)
+      extent += (value.sizes[d] - 1) * value.strides[d];
+    slot = Tensor::empty({extent}, {.dtype = value.dtype, .device = device})
                .as_strided(value.sizes, value.strides);
   }
   return slot;

@@ -388,6 +388,31 @@ TEST(FusionScopeCuda, CatOfHeldResultsIsComputedInPlace) {
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
+// The recorder takes a cat of held pieces and a cast of its output (two copies each, no flush);
+// a cat with a piece that is itself a cat output is taken too but is cast by the normal path
+// (its record would name only one of that piece's values). The values equal eager ones.
+TEST(FusionScopeCuda, CatsAndTheirCastsAreRecordedNotLaunched) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const Tensor x = random_cuda({6, 40}, kFloat32, std::random_device{}());
+  Tensor y16, nested;
+  {
+    FusionScope scope(true);
+    const Tensor a = x * 2.0, b = x + 1.0;
+    const FusionStats before = scope.stats();
+    const Tensor y = cat({a, b}, -1);
+    EXPECT_EQ(scope.stats().recorded_ops, before.recorded_ops + 2);
+    y16 = y.to(kBFloat16);
+    EXPECT_EQ(scope.stats().recorded_ops, before.recorded_ops + 4);
+    EXPECT_EQ(scope.stats().flushes, before.flushes) << "nothing ran yet";
+    nested = cat({y16, (b * 3.0).to(kBFloat16)}, -1).to(kFloat32);
+  }
+  const Tensor a = x * 2.0, b = x + 1.0;
+  EXPECT_TRUE(same_bytes(y16, cat({a, b}, -1).to(kBFloat16)));
+  EXPECT_TRUE(
+      same_bytes(nested, cat({cat({a, b}, -1).to(kBFloat16), (b * 3.0).to(kBFloat16)}, -1).to(kFloat32)));
+}
+
 TEST(FusionScopeCuda, InPlaceOpsSeeTheHeldOpsBeforeThemAndNotAfter) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_NVRTC();
