@@ -30,7 +30,7 @@ Tensor empty_in_layout(const Tensor& x) {
 // The gradient is the inverse rotation of the output's gradient: nothing else is saved.
 Tensor rotate(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t offset, bool interleaved,
               bool inverse) {
-  const Tensor out = empty_in_layout(x);
+  Tensor out = empty_in_layout(x);
   const ops::RotaryCall call{.x = x,
                              .out = out,
                              .cos = cos,
