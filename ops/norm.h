@@ -81,7 +81,7 @@ AddNorm add_layer_norm(const Tensor& x, const Tensor& y, const Shape& normalized
 // undefined. Float16/bfloat16 compute in float32. It runs on layer norm's kernels without the
 // centring (one fused kernel per pass on each backend).
 struct RMSNormOptions {
-  std::optional<double> eps;   // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
+  std::optional<double> eps;  // > 0; default: float32's machine epsilon (float64's for float64), as PyTorch
   std::optional<DType> dtype = {};  // the result's dtype, as LayerNormOptions::dtype
 };
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},

@@ -6,9 +6,10 @@
 // takes nothing, and the front end composes the math path.
 //
 // Layouts (ops/cuda/attention/kernels.h has the details): q (B, H, Tq, D), k (B, Hkv, Tk, D),
-// v (B, Hkv, Tk, D) (Hkv dividing H: grouped-query attention) of one 16-bit dtype with unit last stride; out (B, H, Tq, D) of any such
-// strides; lse (B, H, Tq) float32, each row's log-sum-exp of the scaled, masked scores, which
-// the backward needs and which every route writes alike (so any backward can follow any forward).
+// v (B, Hkv, Tk, D) (Hkv dividing H: grouped-query attention) of one 16-bit dtype with unit last stride; out
+// (B, H, Tq, D) of any such strides; lse (B, H, Tq) float32, each row's log-sum-exp of the scaled, masked
+// scores, which the backward needs and which every route writes alike (so any backward can follow any
+// forward).
 #pragma once
 
 #include <string>
