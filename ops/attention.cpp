@@ -171,11 +171,9 @@ Tensor unit_last_stride(const Tensor& t) {
 // layout: they reach the heads' view and transpose backward as views, and the split backward
 // takes them side by side without a copy (Note [Split backward], ops/indexing.cpp).
 
-// The highest storage offset `t` reaches, plus one.
+// The highest storage offset `t` (not empty) reaches, plus one.
 int64_t end_offset(const Tensor& t) {
-  int64_t end = t.storage_offset() + 1;
-  for (int64_t d = 0; d < t.dim(); ++d) end += (t.size(d) - 1) * t.stride(d);
-  return end;
+  return t.storage_offset() + ops::layout_extent(t.sizes(), t.strides());
 }
 
 // dq, dk, dv: views of one buffer laid out as q, k and v lie in theirs, when q, k and v are equally

@@ -111,29 +111,18 @@ Tensor cat(const TensorList& tensors, int64_t dim) {
   Tensor out = Tensor::empty(out_sizes, {.dtype = dtype, .device = first.device(), .memory_format = format});
   // Under the step compiler, pieces it holds are computed straight into their slots.
   if (!ops::fusion::record_cat(tensors, d, out)) {
+    // Each piece copied into its slot of out, a narrowed alias (converting its dtype as it copies).
+    const auto copy_pieces = [&](auto copy) {
+      int64_t offset = 0;
+      for (const Tensor& t : tensors) {
+        copy(t, ops::narrow_alias(out, d, offset, t.size(d)));
+        offset += t.size(d);
+      }
+    };
     ops::dispatch(
         "copy", first,
-        [&] {
-          int64_t offset = 0;
-          for (const Tensor& t : tensors) {
-            Shape sizes(out_sizes);
-            sizes[d] = t.size(d);
-            // The slot of t in out: a narrowed alias (converts t's dtype as it copies).
-            ops::cpu::copy(
-                t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-            offset += t.size(d);
-          }
-        },
-        [&] {
-          int64_t offset = 0;
-          for (const Tensor& t : tensors) {
-            Shape sizes(out_sizes);
-            sizes[d] = t.size(d);
-            ops::cuda::copy(
-                t, ops::alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(d)));
-            offset += t.size(d);
-          }
-        });
+        [&] { copy_pieces([](const Tensor& t, const Tensor& slot) { ops::cpu::copy(t, slot); }); },
+        [&] { copy_pieces([](const Tensor& t, const Tensor& slot) { ops::cuda::copy(t, slot); }); });
   }
   if (autograd::needs_grad(tensors)) {
     Shape lengths;

@@ -14,4 +14,22 @@ inline Tensor alias(const Tensor& base, const Shape& sizes, const Shape& strides
   return Tensor(std::make_shared<TensorImpl>(base.storage(), offset, sizes, strides, base.dtype()));
 }
 
+// The slice [start, start + length) of `dim` of t, as an alias: a piece's slot in a cat's output.
+inline Tensor narrow_alias(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  Shape sizes = t.sizes();
+  sizes[static_cast<size_t>(dim)] = length;
+  return alias(t, sizes, t.strides(), t.storage_offset() + start * t.stride(dim));
+}
+
+// The elements a layout reaches from its first, 1 + sum (size - 1) * stride (0 when empty): the
+// buffer it needs. A dense layout's is its numel; a slice's, with its parent's strides, more.
+inline int64_t layout_extent(const Shape& sizes, const Shape& strides) {
+  int64_t extent = 1;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    extent += (sizes[d] - 1) * strides[d];
+  }
+  return extent;
+}
+
 }  // namespace nabla::ops

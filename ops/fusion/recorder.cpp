@@ -171,9 +171,7 @@ bool Recorder::cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
   CatRecord record{.out = out.impl_ptr(), .dim = dim, .pieces = {}};
   int64_t offset = 0;
   for (const Tensor& t : inputs) {
-    Shape sizes = out.sizes();
-    sizes[static_cast<size_t>(dim)] = t.size(dim);
-    const Tensor slot = alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(dim));
+    const Tensor slot = narrow_alias(out, dim, offset, t.size(dim));
     if (t.numel() > 0) {
       // Cannot refuse now: the checks above are cast's, and they hold for every piece.
       const size_t before = slots_.size();
@@ -198,9 +196,8 @@ bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
   }
   CatRecord next{.out = out.impl_ptr(), .dim = cat.dim, .pieces = {}};
   for (const auto& [v, offset] : cat.pieces) {
-    const Shape sizes = region_.value(v).sizes;  // a copy: add() grows the values
-    add({.kind = OpKind::Cast, .args = {v}},
-        alias(out, sizes, out.strides(), out.storage_offset() + offset * out.stride(cat.dim)));
+    const int64_t length = region_.value(v).sizes[static_cast<size_t>(cat.dim)];
+    add({.kind = OpKind::Cast, .args = {v}}, narrow_alias(out, cat.dim, offset, length));
     next.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, offset);
   }
   cats_[out.impl()] = std::move(next);

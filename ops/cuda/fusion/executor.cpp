@@ -12,6 +12,7 @@
 #include "nabla/ops/cuda/fusion/kernels.h"
 #include "nabla/ops/cuda/fusion/nvrtc.h"
 #include "nabla/ops/cuda/reduce/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/fusion/codegen.h"
 
 namespace nabla::ops::cuda::fusion {
@@ -41,11 +42,9 @@ const Tensor& buffer(const Region& region, std::vector<Tensor>& t, int v, Device
     // Sized by the layout's extent, not its element count: a cat's slot has the whole output's
     // strides (Note [Concatenation in place]) and reaches past numel.
     const Value& value = region.value(v);
-    int64_t extent = numel_of(value.sizes) == 0 ? 0 : 1;
-    for (size_t d = 0; d < value.sizes.size() && extent > 0; ++d)
-      extent += (value.sizes[d] - 1) * value.strides[d];
-    slot = Tensor::empty({extent}, {.dtype = value.dtype, .device = device})
-               .as_strided(value.sizes, value.strides);
+    slot =
+        Tensor::empty({layout_extent(value.sizes, value.strides)}, {.dtype = value.dtype, .device = device})
+            .as_strided(value.sizes, value.strides);
   }
   return slot;
 }
