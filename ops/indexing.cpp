@@ -1,13 +1,12 @@
 // Front ends for joining (cat, stack), splitting (split, chunk) and indexing (index_select,
-// gather, index_add, scatter_add).
+// gather, index_add, index_copy, scatter_add).
 //
 // split and chunk return views made by narrow, whose own autograd covers them. Index values are
-// checked before any kernel writes, so a bad index throws an error naming it and never touches
-// memory out of bounds. For a CUDA index that check reduces it to its min and max on the device
-// and reads the two values back: one wait for the device per indexing call (see
-// check_index_values). Each indexing op's gradient is its partner op (index_select with
-// index_add, gather with scatter_add), written with these differentiable front ends so that
-// create_graph works.
+// checked so that a bad index gets an error naming it and never touches memory out of bounds: on
+// the CPU before any kernel writes; on CUDA by a kernel, without a wait for the device (see
+// check_index_values), so indexing can be captured in a CUDA graph. Each indexing op's gradient
+// is its partner op (index_select with index_add, gather with scatter_add), written with these
+// differentiable front ends so that create_graph works.
 #include "nabla/ops/indexing.h"
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
+#include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
@@ -351,6 +351,71 @@ Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tens
                      });
   }
   return out;
+}
+
+namespace {
+
+// Checks index_copy's operands and returns the wrapped dim: source is x with dim sized by the index.
+int64_t check_index_copy(const char* op, const Tensor& x, int64_t dim, const Tensor& index,
+                         const Tensor& source) {
+  check_index_tensor(op, x, index);
+  ops::check_defined(op, source, "source");
+  ops::check_same_device(op, {x, source});
+  NABLA_CHECK(index.dim() <= 1, "{}: expected a 1-d index, got {}", op, describe(index));
+  NABLA_CHECK(source.dtype() == x.dtype(), "{}: expected source of x's dtype, got x {} and source {}", op,
+              describe(x), describe(source));
+  const int64_t d = wrap_dim(dim, x.dim(), op);
+  Shape expected(x.sizes());
+  expected[d] = index.numel();
+  NABLA_CHECK(source.sizes() == expected,
+              "{}: expected source of shape {} (x {} with dim {} sized by the {} indices), got {}", op,
+              shape_str(expected), describe(x), d, index.numel(), describe(source));
+  check_index_values(op, index, x, d);
+  return d;
+}
+
+void write_index_copy(const Tensor& out, int64_t d, const Tensor& index, const Tensor& source) {
+  ops::dispatch(
+      "index_copy_", out, [&] { ops::cpu::index_copy_(out, d, index, source); },
+      [&] { ops::cuda::index_copy_(out, d, index, source); });
+}
+
+}  // namespace
+
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  const int64_t d = check_index_copy("index_copy", x, dim, index, source);
+  Tensor out = accumulation_base(x);
+  write_index_copy(out, d, index, source);
+  if (autograd::needs_grad({x, source})) {
+    // x's gradient is the output's with the overwritten slices zeroed; source's, those slices.
+    autograd::record("index_copy", {x, source}, {out}, /*save=*/{index},
+                     [d, source_sizes = source.sizes()](autograd::BackwardContext& ctx) {
+                       const Tensor& g = ctx.grad();
+                       const Tensor& i = ctx.saved[0];
+                       return TensorList{
+                           ctx.needs(0) ? index_copy(g, d, i, zeros(source_sizes, g.options())) : Tensor(),
+                           ctx.needs(1) ? index_select(g, d, i) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
+  const int64_t d = check_index_copy("index_copy_", x, dim, index, source);
+  autograd::check_inplace(x, "index_copy_");
+  if (autograd::needs_grad({x, source})) {
+    // Recorded as the out-of-place op, whose result x takes over (value and history).
+    const Tensor result = index_copy(x, d, index, source);
+    {
+      NoGradGuard no_grad;
+      copy_(x, result);
+    }
+    autograd::rebase_history(x, result);
+    return x;
+  }
+  write_index_copy(x, d, index, source);
+  x.bump_version();
+  return x;
 }
 
 }  // namespace nabla

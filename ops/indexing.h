@@ -6,6 +6,8 @@
 //   chunk(x, 3, 0)         // 3 pieces (fewer when the dim is short), views of x
 //   index_select(x, 0, i)  // rows i[0], i[1], ... of x; i is a 1-d int64 tensor
 //   gather(x, 1, i)        // out[n][k] = x[n][i[n][k]]; i has x's rank
+//   index_copy_(cache, 2, pos, k)   // cache.select(2, pos[j]) = k.select(2, j): a write at
+//                                   // positions held on the device (a CUDA graph can replay it)
 #pragma once
 
 #include <vector>
@@ -24,6 +26,12 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 // x with source's slices added at `index` along dim (out of place; repeats accumulate).
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+// x with source's slices written at `index` along dim: out.select(dim, index[i]) =
+// source.select(dim, i), source being x's shape with dim sized by the index. Of repeated indices
+// one slice stays (the last on the CPU; unspecified on CUDA). Differentiable in x and source.
+Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
+// The same, into x in place (no copy of x; recorded as index_copy when autograd needs it).
+Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 // x with src added at positions `index` along dim (out of place; repeats accumulate).
 Tensor scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 

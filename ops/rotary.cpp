@@ -10,6 +10,7 @@
 #include "nabla/ops/detail/rotary.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/indexing.h"
 
 namespace nabla {
 
@@ -115,25 +116,59 @@ RotaryCache::RotaryCache(int64_t head_dim, int64_t max_positions, const RotaryCa
   wide_ = std::make_shared<WideTables>();
 }
 
-Tensor RotaryCache::operator()(const Tensor& x, int64_t offset) const {
+void RotaryCache::check(const Tensor& x) const {
   NABLA_CHECK(defined(), "RotaryCache: the cache is empty (default-constructed)");
   check_input(x, head_dim_);
   NABLA_CHECK(x.device() == options_.device, "RotaryCache: the input is on {}, the tables on {}",
               x.device().str(), options_.device.str());
-  NABLA_CHECK(offset >= 0 && offset + x.size(-2) <= max_positions(),
-              "RotaryCache: positions {} .. {} are outside the table's 0 .. {} (max_positions {})", offset,
-              offset + x.size(-2) - 1, max_positions() - 1, max_positions());
-  if (x.dtype() != kFloat64) return rotate(x, cos_, sin_, offset, options_.interleaved, false);
+}
+
+std::pair<const Tensor&, const Tensor&> RotaryCache::tables_for(const Tensor& x) const {
+  if (x.dtype() != kFloat64) return {cos_, sin_};
   std::call_once(wide_->once, [&] {
     const auto [c, s] = host_tables(frequencies_, max_positions());
     wide_->cos = c.to(options_.device);
     wide_->sin = s.to(options_.device);
   });
-  return rotate(x, wide_->cos, wide_->sin, offset, options_.interleaved, false);
+  return {wide_->cos, wide_->sin};
+}
+
+Tensor RotaryCache::operator()(const Tensor& x, int64_t offset) const {
+  check(x);
+  NABLA_CHECK(offset >= 0 && offset + x.size(-2) <= max_positions(),
+              "RotaryCache: positions {} .. {} are outside the table's 0 .. {} (max_positions {})", offset,
+              offset + x.size(-2) - 1, max_positions() - 1, max_positions());
+  const auto [c, s] = tables_for(x);
+  return rotate(x, c, s, offset, options_.interleaved, false);
 }
 
 std::pair<Tensor, Tensor> RotaryCache::operator()(const Tensor& q, const Tensor& k, int64_t offset) const {
   return {(*this)(q, offset), (*this)(k, offset)};
+}
+
+std::pair<Tensor, Tensor> RotaryCache::rows_at(const Tensor& x, const Tensor& positions) const {
+  check(x);
+  ops::check_defined("RotaryCache", positions, "positions");
+  NABLA_CHECK(positions.dtype() == kInt64 && positions.dim() == 1 && positions.size(0) == x.size(-2) &&
+                  positions.device() == x.device(),
+              "RotaryCache: expected int64 positions of shape ({}) on {}, one per row of {}, got {}",
+              x.size(-2), x.device().str(), describe(x), describe(positions));
+  const auto [c, s] = tables_for(x);
+  return {index_select(c, 0, positions), index_select(s, 0, positions)};
+}
+
+Tensor RotaryCache::at(const Tensor& x, const Tensor& positions) const {
+  const auto [c, s] = rows_at(x, positions);
+  return rotate(x, c, s, 0, options_.interleaved, false);
+}
+
+std::pair<Tensor, Tensor> RotaryCache::at(const Tensor& q, const Tensor& k, const Tensor& positions) const {
+  // The table rows are gathered once for both (rows 0 .. T-1 of them are the positions').
+  const auto [c, s] = rows_at(q, positions);
+  check(k);
+  NABLA_CHECK(k.dtype() == q.dtype() && k.size(-2) == q.size(-2),
+              "RotaryCache: q {} and k {} must have one dtype and as many rows", describe(q), describe(k));
+  return {rotate(q, c, s, 0, options_.interleaved, false), rotate(k, c, s, 0, options_.interleaved, false)};
 }
 
 Tensor rotary_embedding(const Tensor& x, RotaryOptions options) {

@@ -3,6 +3,7 @@
 //   nabla::RotaryCache rope(head_dim, max_positions, {.base = 500000, .device = Device::cuda(0)});
 //   auto [q_rot, k_rot] = rope(q, k);          // (B, H, T, D) and (B, Hkv, T, D), positions 0..T-1
 //   auto k_next = rope(k_new, /*offset=*/T);   // decoding: the new rows are positions T..
+//   auto k_at = rope.at(k_new, positions);     // positions held on the device (int64, one per row)
 //
 // Each pair of features (a, b) of the row at position t is rotated by the angle t * f_i, where
 // f_i = base^(-2i / D) for the pair's index i (optionally rescaled, below):
@@ -61,6 +62,12 @@ class RotaryCache {
   Tensor operator()(const Tensor& x, int64_t offset = 0) const;
   // q and k rotated alike, in one call (grouped-query k may have fewer heads).
   std::pair<Tensor, Tensor> operator()(const Tensor& q, const Tensor& k, int64_t offset = 0) const;
+  // The rows of x (..., T, D) at the positions in `positions`, a 1-d int64 tensor of T values
+  // on x's device, each in [0, max_positions) (checked on the device, as index_select does):
+  // nothing is read on the host, so a decoding step whose position lives in device memory can
+  // be captured in a CUDA graph and replayed at the next position.
+  Tensor at(const Tensor& x, const Tensor& positions) const;
+  std::pair<Tensor, Tensor> at(const Tensor& q, const Tensor& k, const Tensor& positions) const;
 
   bool defined() const { return cos_.defined(); }
   int64_t head_dim() const { return head_dim_; }
@@ -76,6 +83,11 @@ class RotaryCache {
     std::once_flag once;
     Tensor cos, sin;
   };
+  // The tables x's dtype reads (float64 ones made at the first float64 input).
+  std::pair<const Tensor&, const Tensor&> tables_for(const Tensor& x) const;
+  void check(const Tensor& x) const;
+  // The table rows (cos, sin) at `positions`, checked against x.
+  std::pair<Tensor, Tensor> rows_at(const Tensor& x, const Tensor& positions) const;
   int64_t head_dim_ = 0;
   RotaryCacheOptions options_;
   std::vector<double> frequencies_;

@@ -13,7 +13,10 @@ void add_data_command(CLI::App& app);
 void add_train_command(CLI::App& app, int argc, char** argv);
 // `nabla-bench gpt`: GPT-2 training tokens/s and peak memory, beside PyTorch eager and compile.
 void add_gpt_command(CLI::App& app);
+// `nabla-bench llama`: a LLaMA-style model written plainly (or the zoo's), training tokens/s.
 void add_llama_command(CLI::App& app);
+// `nabla-bench generate`: nn::models::Llama generation tokens/s, with and without a CUDA graph per token.
+void add_generate_command(CLI::App& app);
 // `nabla-bench infer`: ResNet eval latency (median, p90) and img/s per batch size and amp.
 void add_infer_command(CLI::App& app);
 // `nabla-bench concurrent`: N capped inference processes on one GPU; how many finish, img/s.

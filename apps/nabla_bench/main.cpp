@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     nabla::bench::add_infer_command(app);
     nabla::bench::add_gpt_command(app);
     nabla::bench::add_llama_command(app);
+    nabla::bench::add_generate_command(app);
     nabla::bench::add_concurrent_command(app);
     try {
       app.parse(argc, argv);

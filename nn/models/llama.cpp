@@ -6,6 +6,7 @@
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/error.h"
+#include "nabla/nn/graphed_step.h"
 #include "nabla/ops/ops.h"
 
 namespace nabla::nn::models {
@@ -48,25 +49,51 @@ Tensor LlamaAttention::forward(const Tensor& x) {
   return forward(x, keys, values, 0, 0);
 }
 
-Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset,
-                               int64_t capacity) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads, groups = heads / kv_heads;
+const RotaryCache& LlamaAttention::rope_for(const Tensor& x) {
   if (!rope->defined() || rope->options().device != x.device()) {
     RotaryCacheOptions options = rope_options;
     options.device = x.device();
-    *rope = RotaryCache(D, context, options);
+    *rope = RotaryCache(x.size(2) / heads, context, options);
   }
-  auto [q, k] = (*rope)(q_proj(x).view({B, T, heads, D}).transpose(1, 2),
-                        k_proj(x).view({B, T, kv_heads, D}).transpose(1, 2), offset);
-  Tensor v = v_proj(x).view({B, T, kv_heads, D}).transpose(1, 2);
+  return *rope;
+}
+
+namespace {
+
+// The projections of x (B, T, C) split into heads: q (B, H, T, D), k and v (B, Hkv, T, D), unrotated.
+struct Heads {
+  Tensor q, k, v;
+};
+
+Heads split_heads(LlamaAttention& a, const Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / a.heads;
+  return {a.q_proj(x).view({B, T, a.heads, D}).transpose(1, 2),
+          a.k_proj(x).view({B, T, a.kv_heads, D}).transpose(1, 2),
+          a.v_proj(x).view({B, T, a.kv_heads, D}).transpose(1, 2)};
+}
+
+void check_inference(const char* what) {
+  NABLA_CHECK(!GradMode::is_enabled(), "Llama: {} is for inference; run it under NoGradGuard (generate does)",
+              what);
+}
+
+}  // namespace
+
+Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset,
+                               int64_t capacity) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), groups = heads / kv_heads;
+  Heads h = split_heads(*this, x);
+  auto [q, k] = rope_for(x)(h.q, h.k, offset);
+  Tensor v = h.v;
   if (capacity > 0) {
     // The cache: this chunk's keys and values written in place, then attention over the filled
     // positions, read through views of the buffers (no copy, no allocation per token).
-    NABLA_CHECK(!GradMode::is_enabled(),
-                "Llama: the key/value cache is for inference; run it under NoGradGuard (generate does)");
+    check_inference("the key/value cache");
     if (!keys.defined()) {
-      keys = Tensor::empty({B, kv_heads, capacity, D}, k.options());
-      values = Tensor::empty({B, kv_heads, capacity, D}, v.options());
+      // Zeroed once: decode's masked attention spans slots not yet written, and a masked weight
+      // (0) times a stale NaN bit pattern would still be NaN.
+      keys = zeros({B, kv_heads, capacity, k.size(3)}, k.options());
+      values = zeros({B, kv_heads, capacity, v.size(3)}, v.options());
     }
     NABLA_CHECK(offset + T <= keys.size(2) && keys.size(0) == B && keys.dtype() == k.dtype(),
                 "Llama: the cache holds {} positions of {}, and positions {} .. {} of {} do not fit it",
@@ -92,6 +119,29 @@ Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, in
   }  // one new query sees every key
   const Tensor y = scaled_dot_product_attention(q, k, v, attend);
   return o_proj(y.transpose(1, 2).reshape({B, T, C}));
+}
+
+Tensor LlamaAttention::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position) {
+  check_inference("decode");
+  const int64_t B = x.size(0), C = x.size(2);
+  NABLA_CHECK(
+      x.size(1) == 1 && keys.defined() && values.defined() && keys.size(0) == B,
+      "Llama: decode takes one token per row and a cache filled by a prompt, got {} and a cache of {}",
+      describe(x), keys.defined() ? describe(keys) : std::string("nothing"));
+  Heads h = split_heads(*this, x);
+  auto [q, k] = rope_for(x).at(h.q, h.k, position);
+  // The new key and value go to `position` of the buffers: a write at an index held on the device.
+  index_copy_(keys, 2, position, k);
+  index_copy_(values, 2, position, h.v);
+  // Attention over the whole capacity (a shape that never changes), the keys after `position`
+  // masked out: zeros not yet written, or values of an earlier use of the buffers.
+  const int64_t capacity = keys.size(2);
+  const Tensor slots = arange(static_cast<double>(capacity), {.dtype = kInt64, .device = x.device()});
+  AttentionOptions attend;
+  attend.enable_gqa = heads > kv_heads;
+  attend.mask = le(slots, position);  // (capacity): key j is seen when j <= position
+  const Tensor y = scaled_dot_product_attention(q, keys, values, attend);
+  return o_proj(y.transpose(1, 2).reshape({B, 1, C}));
 }
 
 LlamaMLP::LlamaMLP(const LlamaConfig& c)
@@ -127,6 +177,11 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values,
   return h + mlp(post_attention_layernorm(h));
 }
 
+Tensor LlamaDecoderLayer::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position) {
+  const Tensor h = x + self_attn.decode(input_layernorm(x), keys, values, position);
+  return h + mlp(post_attention_layernorm(h));
+}
+
 LlamaModel::LlamaModel(const LlamaConfig& c)
     : embed_tokens(c.vocab, c.width), norm({c.width}, norm_options(c)) {
   const auto rope = std::make_shared<RotaryCache>();  // one table for every layer
@@ -149,6 +204,15 @@ Tensor LlamaModel::forward(const Tensor& tokens, LlamaCache& cache) {
                                                            cache.capacity);
   }
   cache.length += tokens.size(1);
+  return norm(x);
+}
+
+Tensor LlamaModel::decode(const Tensor& token, LlamaCache& cache, const Tensor& position) {
+  NABLA_CHECK(cache.keys.size() == layers.size(),
+              "Llama: decode needs a cache filled by a prompt (logits(prompt, cache)) first");
+  Tensor x = embed_tokens(token);
+  for (size_t i = 0; i < layers.size(); ++i)
+    x = static_cast<LlamaDecoderLayer&>(layers[i]).decode(x, cache.keys[i], cache.values[i], position);
   return norm(x);
 }
 
@@ -184,6 +248,43 @@ Tensor Llama::logits(const Tensor& tokens, LlamaCache& cache) {
   return lm_head(model.forward(tokens, cache));
 }
 
+Tensor Llama::decode_step(const Tensor& token, const Tensor& position, LlamaCache& cache) {
+  NABLA_CHECK(token.defined() && token.dim() == 2 && token.size(1) == 1 && token.dtype() == kInt64,
+              "Llama: decode_step takes (batch, 1) int64 tokens, got {}", describe(token));
+  NABLA_CHECK(position.defined() && position.dtype() == kInt64 && position.dim() == 1 &&
+                  position.size(0) == 1 && position.device() == token.device(),
+              "Llama: decode_step takes the position as a 1-element int64 tensor on {}, got {}",
+              token.device().str(), describe(position));
+  return lm_head(model.decode(token, cache, position)).select(1, 0);
+}
+
+namespace {
+
+// The next token of each row, (B, 1), from its (B, vocab) logits, as `o` says.
+Tensor next_token(const Tensor& logits, const GenerateOptions& o) {
+  if (o.temperature == 0) return argmax(logits, -1, /*keepdim=*/true);
+  Tensor scaled = logits.to(kFloat32) / o.temperature;
+  if (o.top_k > 0 && o.top_k < scaled.size(-1)) {
+    const Tensor kth = topk(scaled, o.top_k).first.narrow(-1, o.top_k - 1, 1);
+    scaled =
+        where(lt(scaled, kth), full({}, -std::numeric_limits<double>::infinity(), scaled.options()), scaled);
+  }
+  MultinomialOptions sampling;
+  sampling.generator = o.generator;
+  const Tensor probs = softmax(scaled, -1);
+  if (o.top_p >= 1) return multinomial(probs, 1, sampling);
+  // Keep the most likely tokens until their mass reaches top_p: a token goes when the mass of
+  // those before it already does (so the most likely always stays). Sample among the kept ones
+  // in sorted order, then map back to token ids.
+  const auto [sorted, order] = sort(probs, {.dim = -1, .descending = true});
+  const Tensor before = cumsum(sorted, -1) - sorted;
+  const Tensor kept =
+      where(ge(before, full({}, o.top_p, before.options())), zeros({}, sorted.options()), sorted);
+  return gather(order, -1, multinomial(kept, 1, sampling));
+}
+
+}  // namespace
+
 Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
   NABLA_CHECK(o.max_new_tokens >= 0 && o.temperature >= 0 && o.top_k >= 0 && o.top_p > 0 && o.top_p <= 1,
               "Llama::generate: max_new_tokens, temperature and top_k must be >= 0 and top_p in (0, 1], got "
@@ -191,41 +292,39 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
               o.max_new_tokens, o.temperature, o.top_k, o.top_p);
   NoGradGuard no_grad;
   LlamaCache cache;
+  const int64_t T = prompt.size(1), B = prompt.size(0);
   // Exactly what this generation fills: the prompt, then every new token but the last.
-  cache.capacity = prompt.size(1) + std::max<int64_t>(o.max_new_tokens - 1, 0);
-  TensorList out = {prompt};
-  Tensor next_logits = logits(prompt, cache).select(1, -1);  // (B, vocab)
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    Tensor next;
-    if (o.temperature == 0) {
-      next = argmax(next_logits, -1, /*keepdim=*/true);
-    } else {
-      Tensor scaled = next_logits.to(kFloat32) / o.temperature;
-      if (o.top_k > 0 && o.top_k < scaled.size(-1)) {
-        const Tensor kth = topk(scaled, o.top_k).first.narrow(-1, o.top_k - 1, 1);
-        scaled = where(lt(scaled, kth), full({}, -std::numeric_limits<double>::infinity(), scaled.options()),
-                       scaled);
-      }
-      MultinomialOptions sampling;
-      sampling.generator = o.generator;
-      Tensor probs = softmax(scaled, -1);
-      if (o.top_p < 1) {
-        // Keep the most likely tokens until their mass reaches top_p: a token goes when the mass
-        // of those before it already does (so the most likely always stays). Sample among the
-        // kept ones in sorted order, then map back to token ids.
-        const auto [sorted, order] = sort(probs, {.dim = -1, .descending = true});
-        const Tensor before = cumsum(sorted, -1) - sorted;
-        const Tensor kept =
-            where(ge(before, full({}, o.top_p, before.options())), zeros({}, sorted.options()), sorted);
-        next = gather(order, -1, multinomial(kept, 1, sampling));
-      } else {
-        next = multinomial(probs, 1, sampling);
-      }
+  cache.capacity = T + std::max<int64_t>(o.max_new_tokens - 1, 0);
+  if (o.max_new_tokens == 0) return prompt;
+  Tensor next = next_token(logits(prompt, cache).select(1, -1), o);  // the prefill: one pass
+  if (!o.cuda_graph) {
+    TensorList out = {prompt, next};
+    for (int64_t i = 1; i < o.max_new_tokens; ++i) {
+      next = next_token(logits(next, cache).select(1, -1), o);
+      out.push_back(next);
     }
-    out.push_back(next);
-    if (i + 1 < o.max_new_tokens) next_logits = logits(next, cache).select(1, -1);
+    return cat(out, 1);
   }
-  return cat(out, 1);
+  // Fixed-shape steps (decode_step) with the token and its position in device buffers that the
+  // step itself advances, so every step after the warm-up is one replay of a CUDA graph and the
+  // host never waits for the device until the tokens are read.
+  Tensor generated = Tensor::empty({B, o.max_new_tokens}, next.options());
+  generated.narrow(1, 0, 1).copy_(next);
+  Tensor token = next.clone();
+  Tensor position = full({1}, static_cast<double>(T), {.dtype = kInt64, .device = prompt.device()});
+  GraphedStep step(
+      [&](const TensorList& in) {
+        NoGradGuard inference;
+        Tensor token_buffer = in[0], position_buffer = in[1];
+        const Tensor chosen = next_token(decode_step(token_buffer, position_buffer, cache), o);
+        token_buffer.copy_(chosen);
+        position_buffer.add_(1.0);
+        return chosen;
+      },
+      {.warmup = 2, .release_eager_cache = false, .adopt_inputs = true});
+  for (int64_t i = 1; i < o.max_new_tokens; ++i) generated.narrow(1, i, 1).copy_(step(token, position));
+  cache.length = T + o.max_new_tokens - 1;
+  return cat({prompt, generated}, 1);
 }
 
 int64_t LlamaCache::bytes() const {

@@ -46,7 +46,7 @@ struct LlamaConfig {
 };
 
 // Generation's key/value cache: per layer, one key and one value buffer (B, kv_heads, capacity,
-// D), allocated at the first use (in the projections' dtype) and written in place, of which the
+// D), allocated (zeroed) at the first use in the projections' dtype and written in place, of which the
 // first `length` positions are filled; each key/value head is stored once. Its memory is
 // bytes() = 2 * layers * B * kv_heads * capacity * D * itemsize, whatever the length. For
 // inference only (under NoGradGuard): the cache records no gradients.
@@ -64,6 +64,12 @@ struct GenerateOptions {
   double top_p = 1.0;              // nucleus sampling: the fewest most likely tokens whose
                                    // probabilities sum to at least top_p (1: all), after top_k
   Generator* generator = nullptr;  // for sampling; nullptr: the default generator of the device
+  // Each new token after the first is a fixed-shape step (Llama::decode_step) run through
+  // nn::make_graphed_step: on CUDA, after two eager warm-up tokens, one replay of a captured CUDA
+  // graph per token (no launches per op, the step compiler's fused kernels, no host wait until
+  // the end); elsewhere the same steps run eagerly. Tokens equal those of the default loop up to
+  // the rounding of attention over the padded cache.
+  bool cuda_graph = false;
 };
 
 class LlamaAttention : public Module {
@@ -75,6 +81,12 @@ class LlamaAttention : public Module {
   // after writing its own at offset .. offset + T - 1 of the cache's buffers (B, kv_heads,
   // capacity, D), allocated here when undefined. Under NoGradGuard only.
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
+  // x (B, 1, C) at the position held in `position` (1-element int64, on x's device): its key and
+  // value written there, attention over the buffers' whole capacity with the later positions
+  // masked. Fixed shapes, nothing read on the host: capturable in a CUDA graph. NoGradGuard only.
+  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position);
+  // The rotary tables on x's device (built there at the first use).
+  const RotaryCache& rope_for(const Tensor& x);
   Linear q_proj, k_proj, v_proj, o_proj;
   int64_t heads, kv_heads, context;
   RotaryCacheOptions rope_options;
@@ -95,6 +107,7 @@ class LlamaDecoderLayer : public Module {
   explicit LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
+  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position);
   RMSNorm input_layernorm, post_attention_layernorm;
   LlamaAttention self_attn;
   LlamaMLP mlp;
@@ -106,6 +119,8 @@ class LlamaModel : public Module {
   explicit LlamaModel(const LlamaConfig& c);
   Tensor forward(const Tensor& tokens) override;            // (B, T) -> the final norm's (B, T, width)
   Tensor forward(const Tensor& tokens, LlamaCache& cache);  // at positions cache.length ..
+  // (B, 1) tokens at the position held in `position` (see Llama::decode_step).
+  Tensor decode(const Tensor& token, LlamaCache& cache, const Tensor& position);
   Embedding embed_tokens;
   ModuleList layers;  // LlamaDecoderLayers, named layers.0, layers.1, ...
   RMSNorm norm;
@@ -125,6 +140,16 @@ class Llama : public Module {
   Tensor logits(const Tensor& tokens, LlamaCache& cache);
   // Mean next-token cross-entropy of (B, T) tokens against (B, T) targets.
   Tensor loss(const Tensor& tokens, const Tensor& targets);
+
+  // One decoding step at a position held on the device: (B, 1) int64 `token` at the position in
+  // `position` (a 1-element int64 tensor on the token's device, below the cache's capacity),
+  // attending to the cache's positions 0 .. position, its key and value written there. Every
+  // shape is fixed (attention spans the cache's whole capacity, the positions after `position`
+  // masked) and nothing is read on the host, so the step can be captured in a CUDA graph and
+  // replayed for each new token, the graph itself advancing the position (generate's
+  // .cuda_graph). Returns (B, vocab) logits. The cache must hold a prompt (logits(prompt,
+  // cache)); its length is not changed: the position is the caller's. Under NoGradGuard only.
+  Tensor decode_step(const Tensor& token, const Tensor& position, LlamaCache& cache);
 
   // (B, T) prompt -> (B, T + max_new_tokens) tokens. The prompt runs once; each new token then
   // runs alone against the key/value cache. No gradients are recorded.

@@ -1,8 +1,8 @@
-// CPU kernels for index_select, index_add, gather and scatter_add.
+// CPU kernels for index_select, index_add, index_copy, gather and scatter_add.
 //
 // Each kernel drops the indexed dim from its operands (aliases with that dim removed) and walks
 // the remaining positions with the elementwise LoopPlan, so any strides work and dense operands
-// get flat rows. The indexed dim is handled by pointer offsets: for index_select/index_add one
+// get flat rows. The indexed dim is handled by pointer offsets: for index_select/index_add/index_copy one
 // plan is re-based per index entry; for gather/scatter_add the indexed dim is the innermost loop
 // inside each position, so positions that differ only along it (the ones scatter_add may add
 // into the same slot) always run on one thread, and parallel rows never race.
@@ -120,6 +120,29 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tenso
       plan.data[1] = base[1] + i * source_step;
       for_each_row<2>(plan, [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
         for (int64_t j = 0; j < n; ++j) add_into<T>(p[0] + j * s[0], p[1] + j * s[1]);
+      });
+    }
+  });
+}
+
+void index_copy_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
+  const int64_t count = index.numel();
+  const Shape rest = erase_dim(source.sizes(), dim);
+  Tensor out_rest = without_dim(out, dim, rest);
+  Tensor source_rest = without_dim(source, dim, rest);
+  const int64_t item = static_cast<int64_t>(out.itemsize());
+  const int64_t out_step = out.stride(dim) * item, source_step = source.stride(dim) * item;
+  const int64_t* idx = index.data_ptr<int64_t>();
+  const int64_t idx_stride = index.dim() == 0 ? 0 : index.stride(0);
+  dispatch(out.dtype(), "index_copy", [&]<typename T>() {
+    auto plan = make_plan<2>({&out_rest, &source_rest});
+    const auto base = plan.data;
+    // Serial over the index, so of repeated entries the last one's slice stays.
+    for (int64_t i = 0; i < count; ++i) {
+      plan.data[0] = base[0] + idx[i * idx_stride] * out_step;
+      plan.data[1] = base[1] + i * source_step;
+      for_each_row<2>(plan, [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
+        for (int64_t j = 0; j < n; ++j) *reinterpret_cast<T*>(p[0] + j * s[0]) = load<T>(p[1] + j * s[1]);
       });
     }
   });

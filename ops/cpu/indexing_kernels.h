@@ -15,6 +15,8 @@ std::optional<int64_t> find_out_of_range(const Tensor& index, int64_t bound);
 void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 // out.select(dim, index[i]) += source.select(dim, i), repeats accumulating; index is 1-d.
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source);
+// out.select(dim, index[i]) = source.select(dim, i); of repeated entries the last one's slice stays.
+void index_copy_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source);
 // out[p] = x[p with coordinate `dim` replaced by index[p]], over every position p of index.
 void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 // out[p with coordinate `dim` replaced by index[p]] += src[p], over every position p of index.

@@ -343,6 +343,50 @@ TEST(Llama, GenerationWithTheCacheEqualsRecomputingThePrefix) {
   EXPECT_THROW(model.generate(prompt, {.max_new_tokens = 2, .temperature = 1.0, .top_p = 0.0}), nb::Error);
 }
 
+// decode_step, whose position is a tensor and whose attention spans the cache's whole capacity
+// (the later positions masked), gives the logits of the cached one-token step at every
+// position; generate's fixed-shape steps (.cuda_graph, eager on the CPU) give its tokens, greedy
+// and sampled from one seed.
+TEST(Llama, FixedShapeDecodeStepsEqualTheCachedSteps) {
+  nb::manual_seed(test_seed());
+  models::Llama model(tiny_llama());
+  model.to(nb::kFloat64);
+  const nb::Tensor tokens = nb::randint(0, 24, {2, 10}, {.dtype = nb::kInt64});
+  nb::NoGradGuard no_grad;
+  models::LlamaCache growing, fixed;
+  growing.capacity = fixed.capacity = 12;
+  model.logits(tokens.narrow(1, 0, 4), growing);
+  model.logits(tokens.narrow(1, 0, 4), fixed);
+  // Stale values in the unwritten slots must not matter: the mask hides them.
+  for (auto& buffer : fixed.keys) buffer.narrow(2, 4, 8).fill_(1e3);
+  for (auto& buffer : fixed.values) buffer.narrow(2, 4, 8).fill_(-7.0);
+  nb::Tensor position = nb::full({1}, 4.0, {.dtype = nb::kInt64});
+  for (int64_t t = 4; t < 10; ++t) {
+    const nb::Tensor token = tokens.narrow(1, t, 1);
+    const nb::Tensor expected = model.logits(token, growing).select(1, 0);
+    EXPECT_TRUE(nabla::testing::all_close(model.decode_step(token, position, fixed), expected, 1e-12, 1e-12))
+        << "position " << t;
+    position.add_(1.0);
+  }
+  EXPECT_NABLA_ERROR(model.decode_step(tokens.narrow(1, 0, 2), position, fixed), "(batch, 1)");
+  EXPECT_NABLA_ERROR(
+      model.decode_step(tokens.narrow(1, 0, 1), nb::full({2}, 1.0, {.dtype = nb::kInt64}), fixed),
+      "1-element int64");
+  models::LlamaCache empty;
+  EXPECT_NABLA_ERROR(model.decode_step(tokens.narrow(1, 0, 1), position, empty), "filled by a prompt");
+
+  const nb::Tensor prompt = tokens.narrow(1, 0, 5);
+  EXPECT_TRUE(same_tokens(model.generate(prompt, {.max_new_tokens = 6, .cuda_graph = true}),
+                          model.generate(prompt, {.max_new_tokens = 6})));
+  nb::Generator a(3), b(3);
+  EXPECT_TRUE(same_tokens(
+      model.generate(
+          prompt,
+          {.max_new_tokens = 6, .temperature = 1.0, .top_p = 0.9, .generator = &a, .cuda_graph = true}),
+      model.generate(prompt, {.max_new_tokens = 6, .temperature = 1.0, .top_p = 0.9, .generator = &b})));
+  EXPECT_EQ(model.generate(prompt, {.max_new_tokens = 1, .cuda_graph = true}).size(1), 6);
+}
+
 // Nucleus sampling keeps the fewest most likely tokens whose mass reaches top_p: a tiny top_p
 // keeps only the most likely (greedy), and every sampled token at top_p = 0.5 is in the set
 // computed here by sorting the probabilities on the host.

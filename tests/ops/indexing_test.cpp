@@ -262,6 +262,66 @@ TEST(Indexing, IndexAddAccumulatesRepeatedIndicesOutOfPlace) {
   EXPECT_TRUE(all_close(index_add(xh, 0, rows, sh), reference_add(xh, 0, rows, sh, false), 5e-3, 5e-3));
 }
 
+// x with source's slices written at index along d: x.select(d, index[i]) = source.select(d, i),
+// later entries winning.
+Tensor reference_copy(const Tensor& x, int64_t d, const Tensor& index, const Tensor& source) {
+  std::vector<double> out = values(x), sv = values(source);
+  std::vector<int64_t> iv = index.to_vector<int64_t>();
+  for (const Shape& pos : positions(source.sizes())) {
+    Shape dst = pos;
+    dst[d] = iv[pos[d]];
+    out[linear_index(x.sizes(), dst)] = sv[linear_index(source.sizes(), pos)];
+  }
+  return tensor<double>(out, x.sizes());
+}
+
+TEST(Indexing, IndexCopyWritesSlicesOutOfPlaceAndInPlace) {
+  uint64_t seed = test_seed();
+  Tensor x = random_input({5, 3, 4}, ++seed);
+  const Tensor before = x.clone();
+  const Tensor rows = tensor<int64_t>({4, 0, 2});
+  const Tensor source = random_input({3, 3, 4}, ++seed);
+  EXPECT_TRUE(all_close(index_copy(x, 0, rows, source), reference_copy(x, 0, rows, source), 0, 0));
+  EXPECT_TRUE(all_close(x, before, 0, 0));  // out of place: x untouched
+  // Along a middle dim, into a transposed x, from a non-contiguous source, in place.
+  Tensor xt = random_input({4, 3, 5}, ++seed).transpose(0, 2);  // (5, 3, 4)
+  const Tensor expected = reference_copy(xt, 2, tensor<int64_t>({3, 1}), random_input({5, 3, 2}, seed));
+  const Tensor source_t = random_input({5, 3, 2}, seed);
+  const void* data = xt.data_ptr();
+  index_copy_(xt, -1, tensor<int64_t>({3, 1}), source_t);
+  EXPECT_EQ(xt.data_ptr(), data);
+  EXPECT_TRUE(all_close(xt, expected, 0, 0));
+  // A 0-d index, int64 and float16 elements; repeated entries: the last one's slice stays.
+  Tensor xi = random_index({4, 2}, 100, ++seed);
+  const Tensor si = random_index({1, 2}, 100, ++seed);
+  EXPECT_TRUE(all_close(index_copy(xi, 0, tensor<int64_t>(std::vector<int64_t>{2}, {}), si),
+                        reference_copy(xi, 0, tensor<int64_t>({2}), si), 0, 0));
+  const Tensor xh = random_input({4, 2}, ++seed, kFloat16), sh = random_input({3, 2}, ++seed, kFloat16);
+  const Tensor twice = tensor<int64_t>({1, 3, 1});
+  EXPECT_TRUE(all_close(index_copy(xh, 0, twice, sh), reference_copy(xh, 0, twice, sh), 0, 0));
+}
+
+TEST(Indexing, IndexCopyGradientsPassGradcheck) {
+  uint64_t seed = test_seed();
+  const Tensor x = random_input({4, 3}, ++seed, kFloat64, true);
+  const Tensor source = random_input({4, 2}, ++seed, kFloat64, true);
+  const Tensor cols = tensor<int64_t>({2, 0});
+  auto out_of_place =
+      gradcheck([&](const TensorList& in) { return index_copy(in[0], 1, cols, in[1]) * 3.0; }, {x, source});
+  EXPECT_TRUE(out_of_place) << out_of_place.message;
+  // In place on a non-leaf: x's history is rebased onto the copy.
+  auto in_place = gradcheck(
+      [&](const TensorList& in) {
+        Tensor y = in[0] * 2.0;
+        index_copy_(y, 1, cols, sin(in[1]));
+        return y;
+      },
+      {x, source});
+  EXPECT_TRUE(in_place) << in_place.message;
+  Tensor leaf = random_input({4, 3}, ++seed, kFloat64, true);
+  EXPECT_NABLA_ERROR(index_copy_(leaf, 1, cols, source), "index_copy_", "leaf");
+}
+
 TEST(Indexing, ScatterAddAccumulatesAtEveryIndexPosition) {
   uint64_t seed = test_seed();
   Tensor x = random_input({3, 5}, ++seed);
@@ -308,6 +368,8 @@ TEST(Indexing, OutOfRangeIndicesAreRejectedNamingTheValueAndRange) {
                      "0 <= index < 5");
   EXPECT_NABLA_ERROR(scatter_add(x, 0, tensor<int64_t>({9}, {1, 1}), random_input({1, 1}, 1)), "scatter_add",
                      "index 9", "0 <= index < 5");
+  EXPECT_NABLA_ERROR(index_copy(x, 0, tensor<int64_t>({5}), random_input({1, 3}, 1)), "index_copy", "index 5",
+                     "0 <= index < 5");
 }
 
 TEST(Indexing, IndexTensorsMustBeInt64AndShapesMustFit) {
@@ -323,6 +385,11 @@ TEST(Indexing, IndexTensorsMustBeInt64AndShapesMustFit) {
                      "dtype");
   EXPECT_NABLA_ERROR(scatter_add(x, 0, tensor<int64_t>({0, 0}, {2, 1}), random_input({1, 1}, 1)),
                      "scatter_add", "larger than src");
+  EXPECT_NABLA_ERROR(index_copy(x, 1, tensor<int64_t>({0}), random_input({5, 2}, 1)), "index_copy", "[5, 1]",
+                     "[5, 2]");
+  Tensor target = x.clone();
+  EXPECT_NABLA_ERROR(index_copy_(target, 0, tensor<int64_t>({0}), random_input({1, 3}, 1, kFloat32)),
+                     "index_copy_", "dtype");
 }
 
 TEST(Indexing, CatStackSplitAndChunkGradientsPassGradcheck) {

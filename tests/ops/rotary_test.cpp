@@ -109,6 +109,38 @@ TEST(RotaryCache, BackwardIsTheInverseRotation) {
   EXPECT_TRUE(all_close(rope(x.grad(), 4), g, 1e-12, 1e-12));
 }
 
+// Positions held in a tensor give the rows at those positions: a run of them equals the offset
+// form, and any list (repeats, out of order) rotates each row as its own offset would; the
+// gradient flows as for the offset form.
+TEST(RotaryCache, PositionsFromATensorRotateEachRowAtItsPosition) {
+  for (bool interleaved : {false, true}) {
+    const RotaryCache rope(8, 30, {.base = 300, .interleaved = interleaved});
+    const Tensor x = random_input({2, 3, 4, 8}, test_seed() + interleaved, kFloat64);
+    const Tensor k = random_input({2, 1, 4, 8}, test_seed() + 7, kFloat64);
+    const auto [qr, kr] = rope.at(x, k, tensor<int64_t>({11, 12, 13, 14}));
+    EXPECT_TRUE(all_close(qr, rope(x, 11), 0, 0)) << interleaved;
+    EXPECT_TRUE(all_close(kr, rope(k, 11), 0, 0)) << interleaved;
+    const std::vector<int64_t> at = {29, 0, 5, 5};
+    const Tensor scattered = rope.at(x.to(kFloat32), tensor<int64_t>(at));
+    for (int64_t row = 0; row < 4; ++row) {
+      const Tensor one = x.narrow(2, row, 1);
+      EXPECT_TRUE(
+          all_close(scattered.narrow(2, row, 1), loop_rotary(one, 300, at[row], interleaved), 1e-5, 1e-5))
+          << interleaved << " row " << row;
+    }
+  }
+  const RotaryCache rope(6, 12);
+  const Tensor x = random_input({2, 3, 6}, test_seed(), kFloat64, true);
+  EXPECT_TRUE(gradcheck(
+      [&](const TensorList& in) {
+        return rope.at(in[0], tensor<int64_t>({9, 2, 4}));
+      },
+      {x}));
+  EXPECT_NABLA_ERROR(rope.at(random_input({1, 3, 6}, 1), tensor<int64_t>({0, 1})), "positions of shape (3)");
+  EXPECT_NABLA_ERROR(rope.at(random_input({1, 2, 6}, 1), tensor<int64_t>({0, 12})), "index 12",
+                     "0 <= index < 12");
+}
+
 TEST(RotaryCache, Llama3ScalingKeepsSlowsAndBlendsByWavelength) {
   // Head size 16, base 10000: wavelengths 2 pi 10000^(2i/16) run from 6.3 to about 19,000.
   const RotaryScaling scaling{

@@ -1,9 +1,9 @@
-// CUDA index_select, gather, index_add and scatter_add, and the index range check on the device
+// CUDA index_select, gather, index_add, index_copy and scatter_add, and the index range check on the device
 // (Note [Checks on the device] in core/cuda/device_checks.h): the kernels skip an index outside
 // the indexed dim (a selection writes zero), so a bad index the check reports later never reads
 // or writes outside a tensor.
 //
-// All four walk one iteration space (index_select: the output; index_add: the source;
+// All five walk one iteration space (index_select: the output; index_add and index_copy: the source;
 // gather/scatter_add: the index) with three operands addressed by strides: a destination, a
 // source and the index. The indexed dim has stride 0 for the operand it indexes into; that
 // operand's offset gains index * stride(dim) instead. So one kernel serves every layout: dims
@@ -127,9 +127,12 @@ __device__ __forceinline__ void atomic_add(T* p, T v) {
   }
 }
 
-// dst[off0 (+ index * dim_stride)] (+)= src[off1 (+ index * dim_stride)]: Accumulate adds
-// into the indexed destination, otherwise the source is the indexed one.
-template <typename T, typename Index, bool Accumulate>
+// What a thread does with its element: Select reads the indexed source (dst[off0] =
+// src[off1 + index * dim_stride]); Add and Copy write the indexed destination (dst[off0 + index *
+// dim_stride] += or = src[off1]).
+enum class Mode { Select, Add, Copy };
+
+template <typename T, typename Index, Mode M>
 __global__ void __launch_bounds__(256)
     indexed_kernel(T* __restrict__ dst, const T* __restrict__ src, const int64_t* __restrict__ index,
                    Indexer<Index> indexer, Index numel, int64_t dim_stride, int64_t bound) {
@@ -140,8 +143,10 @@ __global__ void __launch_bounds__(256)
     const int64_t i = index[off[2]];
     const bool valid = i >= 0 && i < bound;
     const int64_t at = i * dim_stride;
-    if constexpr (Accumulate) {
+    if constexpr (M == Mode::Add) {
       if (valid) atomic_add(dst + off[0] + at, src[off[1]]);
+    } else if constexpr (M == Mode::Copy) {
+      if (valid) dst[off[0] + at] = src[off[1]];
     } else {
       dst[off[0]] = valid ? src[off[1] + at] : T{};
     }
@@ -168,7 +173,7 @@ struct Bits<8> {
   using type = uint64_t;
 };
 
-template <typename T, bool Accumulate>
+template <typename T, Mode M>
 void launch_typed(const Tensor& dst, const Tensor& src, const Tensor& index, const Geometry& g, int64_t numel,
                   int64_t dim_stride, int64_t bound) {
   if (numel == 0) return;
@@ -177,10 +182,10 @@ void launch_typed(const Tensor& dst, const Tensor& src, const Tensor& index, con
   const auto* s = static_cast<const T*>(src.data_ptr());
   const auto* i = index.data_ptr<int64_t>();
   if (numel < (int64_t{1} << 31)) {
-    indexed_kernel<T, uint32_t, Accumulate><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
+    indexed_kernel<T, uint32_t, M><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
         d, s, i, Indexer<uint32_t>(g), static_cast<uint32_t>(numel), dim_stride, bound);
   } else {
-    indexed_kernel<T, uint64_t, Accumulate><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
+    indexed_kernel<T, uint64_t, M><<<blocks_for(numel, 4), kBlockSize, 0, stream>>>(
         d, s, i, Indexer<uint64_t>(g), static_cast<uint64_t>(numel), dim_stride, bound);
   }
   NABLA_CUDA_CHECK_LAUNCH();
@@ -200,17 +205,19 @@ Shape strides_of_1d_index(const Tensor& index, int64_t ndim, int64_t dim) {
   return s;
 }
 
-void select(const char* op, const Tensor& out, const Tensor& x, const Tensor& index, const Geometry& g,
-            int64_t numel, int64_t dim_stride, int64_t bound) {
+// Moves elements (Select or Copy) by their size: no arithmetic, so any dtype.
+template <Mode M>
+void move(const char* op, const Tensor& out, const Tensor& x, const Tensor& index, const Geometry& g,
+          int64_t numel, int64_t dim_stride, int64_t bound) {
   switch (x.itemsize()) {
     case 1:
-      return launch_typed<Bits<1>::type, false>(out, x, index, g, numel, dim_stride, bound);
+      return launch_typed<Bits<1>::type, M>(out, x, index, g, numel, dim_stride, bound);
     case 2:
-      return launch_typed<Bits<2>::type, false>(out, x, index, g, numel, dim_stride, bound);
+      return launch_typed<Bits<2>::type, M>(out, x, index, g, numel, dim_stride, bound);
     case 4:
-      return launch_typed<Bits<4>::type, false>(out, x, index, g, numel, dim_stride, bound);
+      return launch_typed<Bits<4>::type, M>(out, x, index, g, numel, dim_stride, bound);
     case 8:
-      return launch_typed<Bits<8>::type, false>(out, x, index, g, numel, dim_stride, bound);
+      return launch_typed<Bits<8>::type, M>(out, x, index, g, numel, dim_stride, bound);
     default:
       NABLA_ASSERT(false, "{}: item size {}", op, x.itemsize());
   }
@@ -219,7 +226,7 @@ void select(const char* op, const Tensor& out, const Tensor& x, const Tensor& in
 void accumulate(const char* op, const Tensor& out, const Tensor& src, const Tensor& index, const Geometry& g,
                 int64_t numel, int64_t dim_stride, int64_t bound) {
   dispatch_device<TypeSet::FloatingAndIntegral>(out.dtype(), op, [&]<typename T>() {
-    launch_typed<T, true>(out, src, index, g, numel, dim_stride, bound);
+    launch_typed<T, Mode::Add>(out, src, index, g, numel, dim_stride, bound);
   });
 }
 
@@ -257,13 +264,13 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   // Iterates over out: destination out, source x (dim from the index).
   const Geometry g = coalesce(
       out.sizes(), {out.strides(), strides_without(x, dim), strides_of_1d_index(index, out.dim(), dim)});
-  select("index_select", out, x, index, g, out.numel(), x.stride(dim), bound_of(x, dim));
+  move<Mode::Select>("index_select", out, x, index, g, out.numel(), x.stride(dim), bound_of(x, dim));
 }
 
 void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out) {
   // Iterates over index (out has its shape): destination out, source x (dim from the index).
   const Geometry g = coalesce(index.sizes(), {out.strides(), strides_without(x, dim), index.strides()});
-  select("gather", out, x, index, g, index.numel(), x.stride(dim), bound_of(x, dim));
+  move<Mode::Select>("gather", out, x, index, g, index.numel(), x.stride(dim), bound_of(x, dim));
 }
 
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
@@ -271,6 +278,13 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tenso
   const Geometry g = coalesce(source.sizes(), {strides_without(out, dim), source.strides(),
                                                strides_of_1d_index(index, source.dim(), dim)});
   accumulate("index_add", out, source, index, g, source.numel(), out.stride(dim), bound_of(out, dim));
+}
+
+void index_copy_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
+  // As index_add_, with stores: of repeated entries an unspecified one's slice stays.
+  const Geometry g = coalesce(source.sizes(), {strides_without(out, dim), source.strides(),
+                                               strides_of_1d_index(index, source.dim(), dim)});
+  move<Mode::Copy>("index_copy", out, source, index, g, source.numel(), out.stride(dim), bound_of(out, dim));
 }
 
 void scatter_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src) {

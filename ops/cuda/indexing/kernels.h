@@ -22,6 +22,9 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
 // out.select(dim, index[i]) += source.select(dim, i), repeats accumulating (atomics, so float
 // sums may differ from the CPU in rounding order).
 void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source);
+// out.select(dim, index[i]) = source.select(dim, i); of repeated entries an unspecified one's
+// slice stays.
+void index_copy_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source);
 // out[p] = x[p with coordinate `dim` replaced by index[p]], over every position p of index.
 void gather(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& out);
 // out[p with coordinate `dim` replaced by index[p]] += src[p], over every position p of index.

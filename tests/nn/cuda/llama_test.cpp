@@ -59,6 +59,54 @@ TEST(CudaLlama, LogitsAndGreedyGenerationMatchTheCpu) {
   EXPECT_EQ(nb::eq(on_gpu, on_cpu).to(nb::kInt64).sum().item<int64_t>(), on_cpu.numel());
 }
 
+// Generation with a CUDA graph per token (decode_step captured through make_graphed_step)
+// gives the tokens of the eager loop (float32): greedy, and sampled (top-p) from one seed, the graph's
+// replays drawing the numbers the eager steps draw. A step captured by hand replays at successive positions
+// and gives the eager step's logits there.
+TEST(CudaLlama, GraphedDecodingGivesTheEagerTokens) {
+  SKIP_WITHOUT_GPU();
+  nabla::testing::Fp32Exact exact;
+  nb::manual_seed(test_seed());
+  models::Llama model(small_llama());
+  model.to(kGpu);
+  const nb::Tensor prompt = nb::randint(0, 101, {2, 24}, {.dtype = nb::kInt64, .device = kGpu});
+  const nb::Tensor eager = model.generate(prompt, {.max_new_tokens = 16});
+  const nb::Tensor graphed = model.generate(prompt, {.max_new_tokens = 16, .cuda_graph = true});
+  EXPECT_EQ(nb::eq(graphed, eager).to(nb::kInt64).sum().item<int64_t>(), eager.numel());
+
+  nb::NoGradGuard no_grad;
+  models::LlamaCache cache;
+  cache.capacity = 40;
+  model.logits(prompt, cache);
+  nb::Tensor token = prompt.narrow(1, 23, 1).clone();
+  nb::Tensor position = nb::full({1}, 24.0, {.dtype = nb::kInt64, .device = kGpu});
+  nb::nn::GraphedStep step(
+      [&](const nb::TensorList& in) {
+        nb::NoGradGuard inference;
+        return model.decode_step(in[0], in[1], cache);
+      },
+      {.warmup = 1, .release_eager_cache = false, .adopt_inputs = true});
+  models::LlamaCache reference;
+  reference.capacity = 40;
+  model.logits(prompt, reference);
+  for (int i = 0; i < 6; ++i) {
+    const nb::Tensor got = step(token, position).clone();
+    const nb::Tensor expected = model.logits(token, reference).select(1, 0);
+    EXPECT_LT(relative_error(got, expected), 1e-5) << "step " << i;
+    position.add_(1.0);
+  }
+  EXPECT_GT(step.replays(), 0) << step.eager_reason();
+
+  nb::Generator a(9), b(9);
+  const models::GenerateOptions sampled{
+      .max_new_tokens = 12, .temperature = 0.9, .top_p = 0.9, .generator = &a};
+  models::GenerateOptions sampled_graphed = sampled;
+  sampled_graphed.generator = &b;
+  sampled_graphed.cuda_graph = true;
+  const nb::Tensor s1 = model.generate(prompt, sampled), s2 = model.generate(prompt, sampled_graphed);
+  EXPECT_EQ(nb::eq(s1, s2).to(nb::kInt64).sum().item<int64_t>(), s1.numel());
+}
+
 TEST(CudaLlama, Bf16TrainingStepsLowerTheLoss) {
   SKIP_WITHOUT_GPU();
   nb::manual_seed(test_seed());
