@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -38,6 +37,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "common/byte_text.h"
 
 namespace nb = nabla;
 
@@ -132,30 +133,6 @@ std::vector<uint16_t> read_tokens(const std::string& path) {
   return tokens;
 }
 
-// The bytes of a text file, or of every file in a directory (fortune's index files *.dat and
-// the *.u8 copies left out), as byte-level tokens.
-std::vector<uint16_t> read_text(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path)) {
-      const auto ext = e.path().extension();
-      if (e.is_regular_file() && ext != ".dat" && ext != ".u8") files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  std::vector<uint16_t> tokens;
-  for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) throw std::runtime_error("cannot read " + f.string());
-    for (char c; in.get(c);) tokens.push_back(static_cast<uint8_t>(c));
-  }
-  if (tokens.size() < 2) throw std::runtime_error("no text under " + path);
-  return tokens;
-}
-
 // Continues `prompt` (bytes) by `count` tokens: softmax of the last position's logits at
 // `temperature`, restricted to the top_k most likely, one multinomial draw per token.
 std::string sample_text(nb::nn::models::GPT2& model, const std::string& prompt, int64_t count,
@@ -201,7 +178,7 @@ int main(int argc, char** argv) try {
 
   std::vector<uint16_t> tokens;
   if (!a.data.empty()) tokens = read_tokens(a.data);
-  if (!a.text.empty()) tokens = read_text(a.text);
+  if (!a.text.empty()) tokens = examples::read_text(a.text);
   nb::Generator gen(1);
   int64_t micro_batches = 0;  // drawn so far: --sequential's position in the file
   auto batch = [&]() -> std::pair<nb::Tensor, nb::Tensor> {

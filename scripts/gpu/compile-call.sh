@@ -11,7 +11,8 @@
 # and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
 # fp16/bf16 and GPT-2 from the base build and this one in turns; gptplain = nabla-bench gpt
 # --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused); llamazoo = nabla-bench llama
-# --model zoo, graphed and fused, and eager. Logs under $OUT; a table last.
+# --model zoo, graphed and fused, and eager; generate = nabla-bench generate --compare-pytorch.
+# Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -76,6 +77,12 @@ if has gptplain; then
   NABLA_FUSION=1 timeout 280 "$x/apps/nabla-bench" gpt --plain --cuda-graph --compare-pytorch \
     > "$out/gptplain_graph_fuse1_torch.log" 2>&1
 fi
+if has generate; then
+  # nn::models::Llama generation (512-token prompt, 256 new, batch 1, bf16) with and without a
+  # CUDA graph per token, beside bench/pytorch/torch_llama_generate.py.
+  timeout 280 "$x/apps/nabla-bench" generate --compare-pytorch > "$out/generate.log" 2>&1
+  echo "generate rc=$?" >> "$out/rc"
+fi
 if has ab; then
   # Issue 45's before/after: the commit before it (build/gpu-base) against this build, in turns,
   # ROUNDS times; this build's ResNet-50 fp16 also with the step compiler off.
@@ -108,6 +115,7 @@ for log in "$out"/llama_*.log "$out"/gptplain_*.log; do
   [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -E '^(nabla|PyTorch|torch\.compile)' "$log"
 done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
+[[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
 done
