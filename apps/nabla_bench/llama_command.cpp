@@ -10,6 +10,7 @@
 //   nabla-bench llama --cuda-graph             # graphed: the step compiler fuses (NABLA_FUSION=0: not)
 //   nabla-bench llama --compare-pytorch        # then PyTorch eager and torch.compile
 //   nabla-bench llama --model zoo              # nn::models::Llama at the same shapes instead
+//   nabla-bench llama --repeat-kv              # k and v repeated to every query head instead of enable_gqa
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -32,6 +33,7 @@ namespace {
 
 struct LlamaShape {
   int64_t vocab = 32000, width = 768, layers = 12, heads = 12, kv_heads = 4, hidden = 2048, seq = 1024;
+  bool repeat_kv = false;  // repeat k and v to every query head (the composition before enable_gqa)
   int64_t head_dim() const { return width / heads; }
 };
 
@@ -83,8 +85,14 @@ struct Block : nn::Module {
     Tensor q = rope(wq(h).view({b, t, s.heads, d}).transpose(1, 2), cos, sin);
     Tensor k = rope(wk(h).view({b, t, s.kv_heads, d}).transpose(1, 2), cos, sin);
     Tensor v = wv(h).view({b, t, s.kv_heads, d}).transpose(1, 2);
+    if (s.repeat_kv) {
+      // Hugging Face's repeat_kv: each kv head copied to its query heads (written, saved, summed back).
+      const int64_t group = s.heads / s.kv_heads;
+      k = k.unsqueeze(2).expand({b, s.kv_heads, group, t, d}).reshape({b, s.heads, t, d});
+      v = v.unsqueeze(2).expand({b, s.kv_heads, group, t, d}).reshape({b, s.heads, t, d});
+    }
     // Each of the kv heads serves heads / kv_heads query heads, as torch_llama.py's enable_gqa.
-    Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true, .enable_gqa = true});
+    Tensor y = scaled_dot_product_attention(q, k, v, {.causal = true, .enable_gqa = !s.repeat_kv});
     Tensor out = x + wo(y.transpose(1, 2).reshape({b, t, s.width}));
     h = ffn_norm(out);
     return out + w2(silu(w1(h)) * w3(h));
@@ -240,6 +248,9 @@ void run_llama(const LlamaBenchOptions& o) {
   parse_choices(o.modes, "--modes", {"eager", "compile"});
   NABLA_CHECK(o.model == "plain" || o.model == "zoo", "llama: --model must be plain or zoo, got '{}'",
               o.model);
+  NABLA_CHECK(
+      !(o.shape.repeat_kv && o.model == "zoo"),
+      "llama: --repeat-kv changes the plain model; nn::models::Llama (--model zoo) always uses enable_gqa");
   NABLA_CHECK(o.shape.width % o.shape.heads == 0 && o.shape.heads % o.shape.kv_heads == 0,
               "llama: --width must divide into --heads, and --heads into --kv-heads (got {}, {}, {})",
               o.shape.width, o.shape.heads, o.shape.kv_heads);
@@ -283,8 +294,10 @@ void run_llama(const LlamaBenchOptions& o) {
       static_cast<long long>(o.shape.layers), static_cast<long long>(o.shape.width),
       static_cast<long long>(o.shape.heads), static_cast<long long>(o.shape.kv_heads),
       static_cast<long long>(o.shape.hidden), static_cast<long long>(o.shape.vocab),
-      o.model == "zoo" ? "nn::models::Llama" : "written plainly", static_cast<long long>(o.batch),
-      static_cast<long long>(o.shape.seq), table.render().c_str());
+      o.model == "zoo"    ? "nn::models::Llama"
+      : o.shape.repeat_kv ? "written plainly, k/v repeated"
+                          : "written plainly",
+      static_cast<long long>(o.batch), static_cast<long long>(o.shape.seq), table.render().c_str());
   if (!o.json_path.empty()) write_json_rows(o.json_path, rows);
 }
 
@@ -331,6 +344,9 @@ void add_llama_command(CLI::App& app) {
   cmd->add_option("--vocab", options->shape.vocab, "vocabulary size")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_flag("--repeat-kv", options->shape.repeat_kv,
+                "the plain model repeats k and v to every query head (unsqueeze, expand, reshape) instead of "
+                "attention's enable_gqa: the composition grouped-query attention replaces");
   cmd->add_flag(
       "--cuda-graph", options->cuda_graph,
       "capture the step into a CUDA graph (nn::make_graphed_step) and replay it; the step compiler fuses "

@@ -12,7 +12,7 @@
 # fp16/bf16 and GPT-2 from the base build and this one in turns; gptplain = nabla-bench gpt
 # --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused); llamazoo = nabla-bench llama
 # --model zoo, graphed and fused, and eager; generate = nabla-bench generate --compare-pytorch.
-# Logs under $OUT; a table last.
+# gqa = the plain LLaMA with enable_gqa and with --repeat-kv. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -76,6 +76,15 @@ if has gptplain; then
   # The user guide's GPT-2 written plainly, graphed and fused, beside PyTorch eager and compile.
   NABLA_FUSION=1 timeout 280 "$x/apps/nabla-bench" gpt --plain --cuda-graph --compare-pytorch \
     > "$out/gptplain_graph_fuse1_torch.log" 2>&1
+fi
+if has gqa; then
+  # Issue 44's before/after: the plain LLaMA with enable_gqa against the same model repeating k
+  # and v to every query head, graphed and fused, and eager.
+  for kv in gqa repeat; do
+    flag=; [[ $kv == repeat ]] && flag=--repeat-kv
+    NABLA_FUSION=1 llama 150 --cuda-graph $flag > "$out/llama_kv_${kv}_graph.log" 2>&1
+    llama 150 $flag > "$out/llama_kv_${kv}_eager.log" 2>&1
+  done
 fi
 if has generate; then
   # nn::models::Llama generation (512-token prompt, 256 new, batch 1, bf16) with and without a
