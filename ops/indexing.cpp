@@ -5,7 +5,8 @@
 // checked so that a bad index gets an error naming it and never touches memory out of bounds: on
 // the CPU before any kernel writes; on CUDA by a kernel, without a wait for the device (see
 // check_index_values), so indexing can be captured in a CUDA graph. Each indexing op's gradient
-// is its partner op (index_select with index_add, gather with scatter_add), written with these
+// is its partner op (index_select with index_add, gather with scatter_add; index_copy's are
+// index_select and index_copy of zeros), written with these
 // differentiable front ends so that create_graph works.
 #include "nabla/ops/indexing.h"
 
@@ -374,6 +375,19 @@ int64_t check_index_copy(const char* op, const Tensor& x, int64_t dim, const Ten
   return d;
 }
 
+// index_copy_ writes x in place: x must not repeat elements (an expanded view) nor share memory
+// with source, or the writes would race on CUDA and depend on their order on the CPU.
+void check_writable(const char* op, const Tensor& x, const Tensor& source) {
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    NABLA_CHECK(x.stride(k) != 0 || x.size(k) <= 1,
+                "{}: x {} repeats its elements along dim {} (stride 0, an expanded view); write into a "
+                "tensor that owns each element (clone() it)",
+                op, describe(x), k);
+  }
+  NABLA_CHECK(x.storage().get() != source.storage().get(),
+              "{}: source shares x's memory; pass a copy (source.clone())", op);
+}
+
 void write_index_copy(const Tensor& out, int64_t d, const Tensor& index, const Tensor& source) {
   ops::dispatch(
       "index_copy_", out, [&] { ops::cpu::index_copy_(out, d, index, source); },
@@ -402,6 +416,7 @@ Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
 
 Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source) {
   const int64_t d = check_index_copy("index_copy_", x, dim, index, source);
+  check_writable("index_copy_", x, source);
   autograd::check_inplace(x, "index_copy_");
   if (autograd::needs_grad({x, source})) {
     // Recorded as the out-of-place op, whose result x takes over (value and history).

@@ -28,7 +28,8 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
 Tensor index_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 // x with source's slices written at `index` along dim: out.select(dim, index[i]) =
 // source.select(dim, i), source being x's shape with dim sized by the index. Of repeated indices
-// one slice stays (the last on the CPU; unspecified on CUDA). Differentiable in x and source.
+// one slice stays (the last on the CPU; unspecified on CUDA), and source's gradient is then
+// undefined (each repeat gets the slot's, as in PyTorch). Differentiable in x and source.
 Tensor index_copy(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);
 // The same, into x in place (no copy of x; recorded as index_copy when autograd needs it).
 Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& source);

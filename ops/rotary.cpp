@@ -153,6 +153,13 @@ std::pair<Tensor, Tensor> RotaryCache::rows_at(const Tensor& x, const Tensor& po
                   positions.device() == x.device(),
               "RotaryCache: expected int64 positions of shape ({}) on {}, one per row of {}, got {}",
               x.size(-2), x.device().str(), describe(x), describe(positions));
+  if (positions.is_cpu()) {  // on CUDA, index_select checks them on the device
+    for (int64_t p : positions.contiguous().to_vector<int64_t>()) {
+      NABLA_CHECK(p >= 0 && p < max_positions(),
+                  "RotaryCache: position {} is outside the table's 0 .. {} (max_positions {})", p,
+                  max_positions() - 1, max_positions());
+    }
+  }
   const auto [c, s] = tables_for(x);
   return {index_select(c, 0, positions), index_select(s, 0, positions)};
 }

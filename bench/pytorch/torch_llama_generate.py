@@ -3,7 +3,8 @@
 # greedily after a prompt, with a static key/value cache as Hugging Face's StaticCache keeps it:
 # (B, kv_heads, capacity, D) per layer, the prompt in one pass, then one token per step written at
 # a position held in a tensor (index_copy_), attention over the whole capacity with the later
-# positions masked (F.scaled_dot_product_attention(enable_gqa=True)). Modes: eager (every op
+# positions masked (Hugging Face's repeat_kv, then F.scaled_dot_product_attention with the mask; the
+# prompt's pass with enable_gqa). Modes: eager (every op
 # launched from Python), graph (each step after two warm-up steps one replay of a
 # torch.cuda.CUDAGraph). --json: one JSON object per mode; {"skipped": reason} without torch or
 # a GPU.
@@ -42,8 +43,10 @@ class Block(nn.Module):
         kc.index_copy_(2, pos, k); vc.index_copy_(2, pos, v)
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        else:
-            y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask, enable_gqa=True)
+        else:  # Hugging Face's repeat_kv, then SDPA with the mask (a fused path takes it)
+            kr = kc[:, :, None].expand(B, HKV, H // HKV, CAP, D).reshape(B, H, CAP, D)
+            vr = vc[:, :, None].expand(B, HKV, H // HKV, CAP, D).reshape(B, H, CAP, D)
+            y = F.scaled_dot_product_attention(q, kr, vr, attn_mask=mask)
         x = x + s.o(y.transpose(1, 2).reshape(B, T, C))
         h = s.post_attention_layernorm(x)
         return x + s.down(F.silu(s.gate(h)) * s.up(h))

@@ -7,7 +7,7 @@
 //   train_llama                                       # Debian's fortunes, 1500 steps, then a sample
 //   train_llama --text notes.txt --steps 3000 --save llama.safetensors
 //   train_llama --load llama.safetensors --steps 0 --prompt "Q: " --sample 300   # sample only
-//   train_llama --tiny --steps 40 --sample 40         # CI: a few CPU steps; fails unless the loss falls
+//   train_llama --tiny --steps 40 --device cpu        # CI: a few CPU steps; fails unless the loss falls
 //
 // Sampling is nucleus sampling (--top-p, --temperature) through Llama::generate: the prompt in
 // one pass, then one token per step against the cache.
@@ -46,7 +46,7 @@ struct Args {
                             .tie_embeddings = false};
   int64_t batch = 32, seq = 256, steps = 1500, sample = 400;
   double lr = 1e-3, temperature = 0.8, top_p = 0.95;
-  std::string text = "/usr/share/games/fortunes", prompt = "\n", save, load;
+  std::string text = "/usr/share/games/fortunes", prompt = "\n", save, load, device;
 };
 
 Args parse(int argc, char** argv) {
@@ -65,6 +65,7 @@ Args parse(int argc, char** argv) {
          a.model.context = 64, a.batch = 8, a.seq = 64, a.lr = 3e-3;
        }},
       {"--text", [&] { a.text = value(); }},
+      {"--device", [&] { a.device = value(); }},
       {"--steps", [&] { a.steps = number(); }},
       {"--batch", [&] { a.batch = number(); }},
       {"--seq", [&] { a.seq = number(); }},
@@ -117,7 +118,10 @@ std::string sample_text(models::Llama& model, const Args& a, nb::Device device) 
 int main(int argc, char** argv) try {
   const Args a = parse(argc, argv);
   nb::manual_seed(0);
-  const nb::Device device = nb::cuda::is_available() ? nb::Device::cuda(0) : nb::Device::cpu();
+  // --device cpu or cuda[:N]; by default the first GPU if there is one.
+  const nb::Device device = !a.device.empty()          ? nb::Device::parse(a.device)
+                            : nb::cuda::is_available() ? nb::Device::cuda(0)
+                                                       : nb::Device::cpu();
   models::Llama model(a.model);
   if (!a.load.empty()) model.load_hf_state_dict(nb::load_safetensors(a.load).tensors);
   model.to(device);

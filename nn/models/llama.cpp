@@ -295,9 +295,10 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
   const int64_t T = prompt.size(1), B = prompt.size(0);
   // Exactly what this generation fills: the prompt, then every new token but the last.
   cache.capacity = T + std::max<int64_t>(o.max_new_tokens - 1, 0);
-  if (o.max_new_tokens == 0) return prompt;
+  if (o.max_new_tokens == 0) return prompt.clone();
   Tensor next = next_token(logits(prompt, cache).select(1, -1), o);  // the prefill: one pass
   if (!o.cuda_graph) {
+    if (o.stats != nullptr) *o.stats = {.graph_replays = 0, .eager_reason = "cuda_graph is off"};
     TensorList out = {prompt, next};
     for (int64_t i = 1; i < o.max_new_tokens; ++i) {
       next = next_token(logits(next, cache).select(1, -1), o);
@@ -323,6 +324,7 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
       },
       {.warmup = 2, .release_eager_cache = false, .adopt_inputs = true});
   for (int64_t i = 1; i < o.max_new_tokens; ++i) generated.narrow(1, i, 1).copy_(step(token, position));
+  if (o.stats != nullptr) *o.stats = {.graph_replays = step.replays(), .eager_reason = step.eager_reason()};
   cache.length = T + o.max_new_tokens - 1;
   return cat({prompt, generated}, 1);
 }

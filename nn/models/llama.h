@@ -57,6 +57,12 @@ struct LlamaCache {
   int64_t bytes() const;
 };
 
+// What generate did with .cuda_graph, for tests and benchmarks.
+struct GenerateStats {
+  int64_t graph_replays = 0;  // new tokens made by replaying the captured step
+  std::string eager_reason;   // why steps ran eagerly after the warm-up ("" when none did)
+};
+
 struct GenerateOptions {
   int64_t max_new_tokens = 32;
   double temperature = 0.0;        // 0: greedy (argmax); else sample softmax(logits / temperature)
@@ -70,6 +76,7 @@ struct GenerateOptions {
   // the end); elsewhere the same steps run eagerly. Tokens equal those of the default loop up to
   // the rounding of attention over the padded cache.
   bool cuda_graph = false;
+  GenerateStats* stats = nullptr;  // filled in when given
 };
 
 class LlamaAttention : public Module {

@@ -284,9 +284,9 @@ TEST(Indexing, IndexCopyWritesSlicesOutOfPlaceAndInPlace) {
   EXPECT_TRUE(all_close(index_copy(x, 0, rows, source), reference_copy(x, 0, rows, source), 0, 0));
   EXPECT_TRUE(all_close(x, before, 0, 0));  // out of place: x untouched
   // Along a middle dim, into a transposed x, from a non-contiguous source, in place.
-  Tensor xt = random_input({4, 3, 5}, ++seed).transpose(0, 2);  // (5, 3, 4)
-  const Tensor expected = reference_copy(xt, 2, tensor<int64_t>({3, 1}), random_input({5, 3, 2}, seed));
-  const Tensor source_t = random_input({5, 3, 2}, seed);
+  Tensor xt = random_input({4, 3, 5}, ++seed).transpose(0, 2);            // (5, 3, 4)
+  const Tensor source_t = random_input({2, 3, 5}, seed).transpose(0, 2);  // (5, 3, 2)
+  const Tensor expected = reference_copy(xt, 2, tensor<int64_t>({3, 1}), source_t);
   const void* data = xt.data_ptr();
   index_copy_(xt, -1, tensor<int64_t>({3, 1}), source_t);
   EXPECT_EQ(xt.data_ptr(), data);
@@ -320,6 +320,10 @@ TEST(Indexing, IndexCopyGradientsPassGradcheck) {
   EXPECT_TRUE(in_place) << in_place.message;
   Tensor leaf = random_input({4, 3}, ++seed, kFloat64, true);
   EXPECT_NABLA_ERROR(index_copy_(leaf, 1, cols, source), "index_copy_", "leaf");
+  Tensor plain = random_input({4, 3}, ++seed);
+  Tensor expanded = random_input({4, 1}, ++seed).expand({4, 3});
+  EXPECT_NABLA_ERROR(index_copy_(expanded, 1, cols, random_input({4, 2}, 1)), "stride 0");
+  EXPECT_NABLA_ERROR(index_copy_(plain, 1, cols, plain.narrow(1, 0, 2)), "shares x's memory");
 }
 
 TEST(Indexing, ScatterAddAccumulatesAtEveryIndexPosition) {

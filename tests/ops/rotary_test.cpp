@@ -137,8 +137,8 @@ TEST(RotaryCache, PositionsFromATensorRotateEachRowAtItsPosition) {
       },
       {x}));
   EXPECT_NABLA_ERROR(rope.at(random_input({1, 3, 6}, 1), tensor<int64_t>({0, 1})), "positions of shape (3)");
-  EXPECT_NABLA_ERROR(rope.at(random_input({1, 2, 6}, 1), tensor<int64_t>({0, 12})), "index 12",
-                     "0 <= index < 12");
+  EXPECT_NABLA_ERROR(rope.at(random_input({1, 2, 6}, 1), tensor<int64_t>({0, 12})), "position 12",
+                     "max_positions 12");
 }
 
 TEST(RotaryCache, Llama3ScalingKeepsSlowsAndBlendsByWavelength) {

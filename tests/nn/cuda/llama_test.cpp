@@ -71,8 +71,12 @@ TEST(CudaLlama, GraphedDecodingGivesTheEagerTokens) {
   model.to(kGpu);
   const nb::Tensor prompt = nb::randint(0, 101, {2, 24}, {.dtype = nb::kInt64, .device = kGpu});
   const nb::Tensor eager = model.generate(prompt, {.max_new_tokens = 16});
-  const nb::Tensor graphed = model.generate(prompt, {.max_new_tokens = 16, .cuda_graph = true});
+  models::GenerateStats stats;
+  const nb::Tensor graphed =
+      model.generate(prompt, {.max_new_tokens = 16, .cuda_graph = true, .stats = &stats});
   EXPECT_EQ(nb::eq(graphed, eager).to(nb::kInt64).sum().item<int64_t>(), eager.numel());
+  // The first token comes from the prompt's pass and two more from the eager warm-up steps.
+  EXPECT_EQ(stats.graph_replays, 13) << stats.eager_reason;
 
   nb::NoGradGuard no_grad;
   models::LlamaCache cache;
@@ -103,7 +107,10 @@ TEST(CudaLlama, GraphedDecodingGivesTheEagerTokens) {
   models::GenerateOptions sampled_graphed = sampled;
   sampled_graphed.generator = &b;
   sampled_graphed.cuda_graph = true;
+  sampled_graphed.stats = &stats;
   const nb::Tensor s1 = model.generate(prompt, sampled), s2 = model.generate(prompt, sampled_graphed);
+  EXPECT_EQ(stats.graph_replays, 9) << "sampling (sort, cumsum, multinomial) must be capturable: "
+                                    << stats.eager_reason;
   EXPECT_EQ(nb::eq(s1, s2).to(nb::kInt64).sum().item<int64_t>(), s1.numel());
 }
 

@@ -119,7 +119,9 @@ TEST(CudaParityIndexing, IndexCopyWritesSlicesLikeTheCpu) {
         // Distinct indices: the first of a random permutation.
         Generator gen(++seed);
         const Tensor index = sort(rand({x.cpu.size(dim)}, {}, &gen)).second.narrow(0, 0, sizes[dim]);
-        const Tensor source = random_values(sizes, ++seed, dtype);
+        // A transposed source: its strides are not x's.
+        Shape flipped(sizes.rbegin(), sizes.rend());
+        const Tensor source = random_values(flipped, ++seed, dtype).permute({3, 2, 1, 0});
         const Tensor expected = index_copy(x.cpu, dim, index, source);
         EXPECT_TRUE(
             matches_cpu(index_copy(x.cuda, dim, to_cuda(index), to_cuda(source)), expected, Tolerance{0, 0}))
@@ -134,6 +136,7 @@ TEST(CudaParityIndexing, IndexCopyWritesSlicesLikeTheCpu) {
   Tensor cache = zeros({2, 6, 3}, {.device = Device::cuda(0)});
   Tensor position = zeros({1}, {.dtype = kInt64, .device = Device::cuda(0)});
   const Tensor row = randn({2, 1, 3}, {.device = Device::cuda(0)});
+  cuda::synchronize();  // made on the default stream; captured and replayed on the side one
   cuda::StreamGuard side(cuda::stream_from_pool());
   cuda::Graph graph;
   graph.capture_begin();
