@@ -79,11 +79,10 @@ if has gptplain; then
 fi
 if has gqa; then
   # Issue 44's before/after: the plain LLaMA with enable_gqa against the same model repeating k
-  # and v to every query head, graphed and fused, and eager.
+  # and v to every query head, graphed and fused.
   for kv in gqa repeat; do
     flag=; [[ $kv == repeat ]] && flag=--repeat-kv
     NABLA_FUSION=1 llama 150 --cuda-graph $flag > "$out/llama_kv_${kv}_graph.log" 2>&1
-    llama 150 $flag > "$out/llama_kv_${kv}_eager.log" 2>&1
   done
 fi
 if has generate; then
