@@ -5,7 +5,7 @@
 #   build/gpu-base/bundle.tar.xz   (optional) apps/nabla-bench of the commit before issue 45
 # It finds NVRTC on the machine (the ld.so cache, else a pip wheel's copy) and puts it on
 # LD_LIBRARY_PATH; then, by PARTS (default tests,suite,fusion,llama,ab): tests = the fusion
-# tests; suite = the whole CUDA suite; fusion = ResNet-50
+# tests (or those TEST_FILTER names); suite = the whole CUDA suite; fusion = ResNet-50
 # fp16 (the model zoo's, and --plain) and GPT-2 graphed with NABLA_FUSION=1 and =0 (a fresh
 # kernel cache: the first fused runs compile cold); llama = the plainly written LLaMA graphed
 # and fused beside PyTorch eager and torch.compile, graphed unfused, and eager; ab = ResNet-50
@@ -35,7 +35,8 @@ export NABLA_KERNEL_CACHE=$PWD/build/kernel-cache
 rm -rf "$NABLA_KERNEL_CACHE"
 
 if has tests; then
-  timeout 120 "$x/tests/nabla_cuda_tests" --gtest_filter='Fusion*:FusedStep*:*GraphedStep*:CudaParityIndexing*:CudaParityEmbedding*' > "$out/fusion_tests.log" 2>&1
+  timeout 120 "$x/tests/nabla_cuda_tests" --gtest_filter="${TEST_FILTER:-Fusion*:FusedStep*:*GraphedStep*:CudaParityIndexing*:CudaParityEmbedding*}" \
+    > "$out/fusion_tests.log" 2>&1
   echo "fusion_tests rc=$?" >> "$out/rc"
 fi
 if has suite; then
