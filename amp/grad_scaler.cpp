@@ -134,8 +134,9 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       flag = flag + sum(grad * 0.0);
     }
   }
-  for (auto& [index, grads] : fused) {
-    const Device device = Device::cuda(index);
+  for (auto& entry : fused) {  // not a structured binding: lambdas capture it (clang before 16)
+    const Device device = Device::cuda(entry.first);
+    auto& grads = entry.second;
     dispatch(
         "unscale_", device, [] { NABLA_ASSERT(false, "a CPU gradient reached the fused unscale"); },
         [&] { cuda::multi_tensor_unscale(grads, inv_on(device), flag_for(state.found_inf, device)); });

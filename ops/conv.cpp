@@ -365,8 +365,10 @@ Tensor conv2d_relu(const Tensor& x_in, const Tensor& weight_in, const Tensor& bi
   if (!x_in.defined() || !x_in.is_cuda() || !bias_in.defined() ||
       autograd::needs_grad({x_in, weight_in, bias_in, residual_in}))
     return composed();
-  const auto [x, weight, bias, residual] =
+  // Named, not a structured binding: the lambda below captures them (clang before 16 cannot).
+  const auto cast =
       ops::autocast(ops::AutocastCategory::LowerPrecision, {x_in, weight_in, bias_in, residual_in});
+  const Tensor &x = cast[0], &weight = cast[1], &bias = cast[2], &residual = cast[3];
   const Shape out = check_conv2d(x, weight, bias, options);
   if (x.dtype() == kFloat64 ||
       (residual.defined() && (residual.sizes() != out || residual.dtype() != x.dtype())))

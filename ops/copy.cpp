@@ -151,7 +151,9 @@ void copy_many(const TensorList& dsts, const TensorList& srcs) {
     NoGradGuard no_grad;
     copy_(dst, src);
   }
-  for (const auto& [device, copies] : batched) {
+  for (const auto& entry : batched) {  // not a structured binding: the lambda captures it (clang < 16)
+    const int device = entry.first;
+    const auto& copies = entry.second;
     ops::dispatch(
         "copy_many", Device::cuda(device), [] {}, [&] { ops::cuda::copy_bytes_many(copies, device); });
   }

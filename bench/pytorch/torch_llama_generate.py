@@ -87,7 +87,7 @@ def generate(m, prompt, graphed):
     slots = torch.arange(CAP, device="cuda")
 
     def step():
-        nxt = m(token, caches, pos, slots <= pos).argmax(-1, keepdim=True)
+        nxt = m(token, caches, pos, (slots <= pos)[None, :]).argmax(-1, keepdim=True)
         token.copy_(nxt); pos.add_(1)
         return nxt
 

@@ -97,7 +97,8 @@ TEST(Ddp, NoSyncAccumulatesThenAveragesOnce) {
     reference.to(kFloat64);
     reference.load_state_dict(model.state_dict());
     // Two micro-batches per rank; the reference sees all four as the sum of their losses / 2.
-    auto [x, y] = global_batch(seed, 2 * world);
+    const auto batch = global_batch(seed, 2 * world);
+    const Tensor &x = batch.first, &y = batch.second;
     auto micro = [&](int k) { return std::pair{x.slice(0, 4 * k, 4 * k + 4), y.slice(0, 4 * k, 4 * k + 4)}; };
     {
       auto guard = ddp.no_sync();

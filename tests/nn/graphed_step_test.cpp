@@ -58,7 +58,7 @@ TEST(GraphedStep, DisabledStepsSayTheyAreOff) {
 TEST(GraphedStep, BadOptionsAreRefused) {
   EXPECT_NABLA_ERROR(nn::make_graphed_step([](const Tensor& x) { return x; }, {.warmup = 0}), "warmup",
                      "at least 1");
-  EXPECT_NABLA_ERROR(nn::GraphedStep(nn::StepFunction()), "step function is empty");
+  EXPECT_NABLA_ERROR(nn::GraphedStep{nn::StepFunction{}}, "step function is empty");
 }
 
 }  // namespace

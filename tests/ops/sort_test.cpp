@@ -156,7 +156,9 @@ TEST(Pad, EveryModeMatchesIndexArithmetic) {
                                                                        {PadMode::Reflect, {3, 1, 2, 2}},
                                                                        {PadMode::Replicate, {2, 3, 1, 0}},
                                                                        {PadMode::Circular, {5, 2, 4, 1}}};
-  for (const auto& [mode, pads] : cases) {
+  for (const auto& c : cases) {
+    const PadMode mode = c.first;
+    const std::vector<int64_t>& pads = c.second;
     const Tensor y = pad(x, pads, {.mode = mode, .value = 0.5});
     EXPECT_TRUE(all_close(y, loop_pad(x, pads, mode, 0.5), 0, 0)) << static_cast<int>(mode);
     const Tensor xg = random_input({2, 4, 5}, test_seed() + 1, kFloat64, true);

@@ -246,7 +246,9 @@ TEST(OptimParamGroups, SplitByShapeFindsEveryNormParameterAndBias) {
   auto groups = optim::param_groups(named, {.no_weight_decay_on_vectors = true}, 1e-4);
   ASSERT_EQ(groups.size(), 2u);
   size_t by_name = 0;
-  for (const auto& [name, p] : named) {
+  for (const auto& named_param : named) {  // not a structured binding: the lambda captures p (clang < 16)
+    const std::string& name = named_param.first;
+    const Tensor& p = named_param.second;
     const bool excluded = name.find("bn") != std::string::npos ||
                           name.find("downsample.1") != std::string::npos ||
                           name.find("bias") != std::string::npos;

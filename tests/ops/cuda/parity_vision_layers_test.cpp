@@ -132,8 +132,11 @@ TEST(CudaParityVisionLayers, GroupNormKernelsMatchTheCpuAtEveryShapeAndDtype) {
         const Tensor b = random_input({channels}, ++seed, kFloat32).to(dtype).to(kFloat64);
         const Tensor r = random_input(c.x, ++seed, kFloat32).to(dtype).to(kFloat64);
         Grads want, got;
-        for (auto [out, device, type] :
+        for (const auto& run :
              {std::tuple{&want, Device::cpu(), kFloat64}, std::tuple{&got, Device::cuda(), dtype}}) {
+          auto* out = std::get<0>(run);
+          const Device device = std::get<1>(run);
+          const DType type = std::get<2>(run);
           const auto leaf = [&](const Tensor& t) {
             Tensor v = t.to(device, type);
             if (v.dim() == 4) v = v.contiguous(format);
