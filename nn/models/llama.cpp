@@ -317,7 +317,7 @@ Tensor Llama::generate(const Tensor& prompt, const GenerateOptions& o) {
       [&](const TensorList& in) {
         NoGradGuard inference;
         Tensor token_buffer = in[0], position_buffer = in[1];
-        const Tensor chosen = next_token(decode_step(token_buffer, position_buffer, cache), o);
+        Tensor chosen = next_token(decode_step(token_buffer, position_buffer, cache), o);
         token_buffer.copy_(chosen);
         position_buffer.add_(1.0);
         return chosen;
