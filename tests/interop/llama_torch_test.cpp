@@ -5,14 +5,15 @@
 // key/value heads) agree. The transformers package is not installed here, so the hand-written
 // model is the independent reference.
 //
-// Skips itself (with a message) only when /usr/bin/python3 cannot import torch.
+// Skips itself (with a message) only when /usr/bin/python3 cannot import torch; the GPU case,
+// without a GPU or a PyTorch with CUDA at $NABLA_TORCH_PYTHON.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
-#include "test_util.h"
+#include "parity_util.h"
 #include "torch_python.h"
 
 namespace nabla {
@@ -34,9 +35,10 @@ const nn::models::LlamaConfig kSmall{.vocab = 89,
 
 // The reference's file: its state dict ("state.*"), tokens and float64 logits.
 // With `folder`, the reference also writes its Hugging Face folder there (config.json, shards).
-nn::StateDict reference(const char* variant, const std::string& folder = "") {
+nn::StateDict reference(const char* variant, const std::string& folder = "",
+                        const std::string& python = "/usr/bin/python3") {
   const fs::path file = fs::temp_directory_path() / fmt::format("nabla_llama_{}.safetensors", ::getpid());
-  const std::string command = fmt::format("/usr/bin/python3 '{}' '{}' {} {} {}",
+  const std::string command = fmt::format("{} '{}' '{}' {} {} {}", python,
                                           source_file("tests/interop/torch_llama_logits.py").string(),
                                           file.string(), test_seed() % 100000, variant, folder);
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
@@ -113,6 +115,26 @@ TEST(InteropLlama, HuggingFaceStateDictLoadsAndLogitsMatchPyTorch) {
   nn::StateDict extra = state;
   extra["model.layers.0.self_attn.not_a_key"] = ones({1});
   EXPECT_THROW(model.load_hf_state_dict(extra), Error);
+}
+
+// On the GPU, in float32 with TF32 off, against PyTorch's own float32 GPU logits on the same
+// weights ($NABLA_TORCH_PYTHON: PyTorch 2.11 on the GPU machine): within 1e-5 of their scale.
+TEST(InteropLlama, CudaFloat32LogitsMatchPyTorchOnTheGpu) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (std::system((torch_python() + " -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1")
+                      .c_str()) != 0)
+    GTEST_SKIP() << torch_python() << " has no PyTorch with CUDA";
+  const nn::StateDict all = reference("cuda", "", torch_python());
+  nn::models::Llama model(kSmall);
+  model.load_hf_state_dict(state_of(all));  // float64 values into float32 parameters
+  model.to(Device::cuda(0));
+  Fp32Exact exact;
+  NoGradGuard no_grad;
+  const Tensor got = model.logits(all.at("tokens").to(Device::cuda(0))).to(Device::cpu(), kFloat64);
+  const Tensor& want = all.at("logits32");
+  const double scale = max(abs(want)).item<double>();
+  EXPECT_LT(max(abs(got - want)).item<double>(), 1e-5 * scale);
+  EXPECT_LT(max(abs(got - all.at("logits"))).item<double>(), 1e-5 * scale) << "against float64 too";
 }
 
 TEST(InteropLlama, TiedEmbeddingsShareOneParameterAndMayOmitTheHead) {

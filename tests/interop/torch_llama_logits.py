@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch side of the LLaMA interop test (tests/interop/llama_torch_test.cpp).
 
-  torch_llama_logits.py OUT.safetensors SEED [llama3|plain] [FOLDER]
+  torch_llama_logits.py OUT.safetensors SEED [llama3|plain|cuda] [FOLDER]
 
 Builds the hand-written LLaMA of torch_llama_model.py (Hugging Face's keys) at a small size with
 grouped-query attention, draws every parameter at random (RMSNorm gains too), and writes one
@@ -10,7 +10,9 @@ carry), "tokens" (int64) and "logits" (float64, computed in float64). With "llam
 frequencies take Llama 3's rope_scaling (LLAMA3 below: small enough that the head size 8 has a
 frequency in each of its three bands). With FOLDER it also writes the model there as Hugging Face
 does: config.json (its field names) and the state dict split over two shards behind
-model.safetensors.index.json.
+model.safetensors.index.json. With "cuda" (plain frequencies) it also writes "logits32": the
+same model's logits computed in float32 on the GPU (TF32 off), PyTorch 2.11's reference for
+nabla's CUDA float32 logits.
 """
 import json
 import os
@@ -51,7 +53,7 @@ def save_folder(folder, model, scaled):
         json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f)
 
 
-def main(out, seed, scaled, folder=None):
+def main(out, seed, scaled, folder=None, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
     model = Llama(**CONFIG, scaling=LLAMA3 if scaled else None).double()
     with torch.no_grad():
@@ -66,11 +68,17 @@ def main(out, seed, scaled, folder=None):
     tensors = {f"state.{k}": v for k, v in model.state_dict().items()}
     tensors["tokens"] = tokens
     tensors["logits"] = logits
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        with torch.no_grad():
+            tensors["logits32"] = model.float().cuda()(tokens.cuda()).double().cpu()
     save_safetensors(out, tensors)
     if folder:
         save_folder(folder, model, scaled)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), len(sys.argv) > 3 and sys.argv[3] == "llama3",
-         sys.argv[4] if len(sys.argv) > 4 else None)
+    variant = sys.argv[3] if len(sys.argv) > 3 else "plain"
+    main(sys.argv[1], int(sys.argv[2]), variant == "llama3", sys.argv[4] if len(sys.argv) > 4 else None,
+         "cuda" if variant == "cuda" else "cpu")
