@@ -13,6 +13,7 @@
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/detail/inplace.h"
 #include "nabla/ops/elementwise.h"
 
 namespace nabla {
@@ -31,16 +32,6 @@ void check_fits(const Tensor& self, const Shape& result_sizes, DType result_dtyp
               name, dtype_name(result_dtype), dtype_name(self.dtype()));
 }
 
-// Writes `result` into self and gives self its history.
-Tensor& commit(Tensor& self, const Tensor& result) {
-  {
-    NoGradGuard no_grad;
-    copy_(self, result);
-  }
-  autograd::rebase_history(self, result);
-  return self;
-}
-
 template <typename OutOfPlace>
 Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double alpha, const char* name,
                        OutOfPlace out_of_place) {
@@ -52,7 +43,8 @@ Tensor& inplace_binary(Tensor& self, const Tensor& other, BinaryOp op, double al
   DType common = promote_types(self.dtype(), other.dtype());
   if (op == BinaryOp::Div && !is_floating(common)) common = kFloat32;
   check_fits(self, sizes, common, name);
-  if (autograd::needs_grad({self, other})) return commit(self, out_of_place(self.clone(), other));
+  if (autograd::needs_grad({self, other}))
+    return ops::commit_in_place(self, out_of_place(self.clone(), other));
   if (common == self.dtype()) {
     // A float32 self takes a 16-bit other as it is on CUDA (ops::is_mixed_float_pair).
     const bool mixed = self.is_cuda() && ops::is_mixed_float_pair(op, self.dtype(), other.dtype());
@@ -78,7 +70,7 @@ Tensor& inplace_unary(Tensor& self, UnaryOp op, ops::UnaryParams params, const c
     result = kFloat32;
   }
   check_fits(self, self.sizes(), result, name);
-  if (autograd::needs_grad({self})) return commit(self, out_of_place(self.clone()));
+  if (autograd::needs_grad({self})) return ops::commit_in_place(self, out_of_place(self.clone()));
   if (result == self.dtype()) {
     ops::dispatch(
         ops::name(op), self, [&] { ops::cpu::unary(op, self, self, params); },

@@ -15,13 +15,13 @@
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/ops/autograd/function.h"
-#include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/indexing_kernels.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/cuda/indexing/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/detail/inplace.h"
 #include "nabla/ops/factory.h"
 #include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/view.h"
@@ -420,13 +420,7 @@ Tensor& index_copy_(Tensor& x, int64_t dim, const Tensor& index, const Tensor& s
   autograd::check_inplace(x, "index_copy_");
   if (autograd::needs_grad({x, source})) {
     // Recorded as the out-of-place op, whose result x takes over (value and history).
-    const Tensor result = index_copy(x, d, index, source);
-    {
-      NoGradGuard no_grad;
-      copy_(x, result);
-    }
-    autograd::rebase_history(x, result);
-    return x;
+    return ops::commit_in_place(x, index_copy(x, d, index, source));
   }
   write_index_copy(x, d, index, source);
   x.bump_version();

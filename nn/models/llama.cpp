@@ -121,7 +121,8 @@ Tensor LlamaAttention::forward(const Tensor& x, Tensor& keys, Tensor& values, in
   return o_proj(y.transpose(1, 2).reshape({B, T, C}));
 }
 
-Tensor LlamaAttention::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position) {
+Tensor LlamaAttention::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position,
+                              const Tensor& mask) {
   check_inference("decode");
   const int64_t B = x.size(0), C = x.size(2);
   NABLA_CHECK(
@@ -135,11 +136,9 @@ Tensor LlamaAttention::decode(const Tensor& x, Tensor& keys, Tensor& values, con
   index_copy_(values, 2, position, h.v);
   // Attention over the whole capacity (a shape that never changes), the keys after `position`
   // masked out: zeros not yet written, or values of an earlier use of the buffers.
-  const int64_t capacity = keys.size(2);
-  const Tensor slots = arange(static_cast<double>(capacity), {.dtype = kInt64, .device = x.device()});
   AttentionOptions attend;
   attend.enable_gqa = heads > kv_heads;
-  attend.mask = le(slots, position);  // (capacity): key j is seen when j <= position
+  attend.mask = mask;
   const Tensor y = scaled_dot_product_attention(q, keys, values, attend);
   return o_proj(y.transpose(1, 2).reshape({B, 1, C}));
 }
@@ -177,8 +176,9 @@ Tensor LlamaDecoderLayer::forward(const Tensor& x, Tensor& keys, Tensor& values,
   return h + mlp(post_attention_layernorm(h));
 }
 
-Tensor LlamaDecoderLayer::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position) {
-  const Tensor h = x + self_attn.decode(input_layernorm(x), keys, values, position);
+Tensor LlamaDecoderLayer::decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position,
+                                 const Tensor& mask) {
+  const Tensor h = x + self_attn.decode(input_layernorm(x), keys, values, position, mask);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -210,9 +210,16 @@ Tensor LlamaModel::forward(const Tensor& tokens, LlamaCache& cache) {
 Tensor LlamaModel::decode(const Tensor& token, LlamaCache& cache, const Tensor& position) {
   NABLA_CHECK(cache.keys.size() == layers.size(),
               "Llama: decode needs a cache filled by a prompt (logits(prompt, cache)) first");
+  // One mask for every layer: key slot j is seen (0 added) when j <= position, else -inf.
+  const TensorOptions on_device{.device = token.device()};
+  const Tensor slots =
+      arange(static_cast<double>(cache.keys[0].size(2)), {.dtype = kInt64, .device = token.device()});
+  const Tensor mask = where(le(slots, position), zeros({}, on_device),
+                            full({}, -std::numeric_limits<double>::infinity(), on_device));
   Tensor x = embed_tokens(token);
-  for (size_t i = 0; i < layers.size(); ++i)
-    x = static_cast<LlamaDecoderLayer&>(layers[i]).decode(x, cache.keys[i], cache.values[i], position);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    x = static_cast<LlamaDecoderLayer&>(layers[i]).decode(x, cache.keys[i], cache.values[i], position, mask);
+  }
   return norm(x);
 }
 

@@ -89,9 +89,11 @@ class LlamaAttention : public Module {
   // capacity, D), allocated here when undefined. Under NoGradGuard only.
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
   // x (B, 1, C) at the position held in `position` (1-element int64, on x's device): its key and
-  // value written there, attention over the buffers' whole capacity with the later positions
-  // masked. Fixed shapes, nothing read on the host: capturable in a CUDA graph. NoGradGuard only.
-  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position);
+  // value written there, attention over the buffers' whole capacity with `mask` added to the
+  // scores (float32 (capacity): 0 up to the position, -inf after; LlamaModel::decode makes it once
+  // per step for every layer). Fixed shapes, nothing read on the host: capturable in a CUDA graph.
+  // NoGradGuard only.
+  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position, const Tensor& mask);
   // The rotary tables on x's device (built there at the first use).
   const RotaryCache& rope_for(const Tensor& x);
   Linear q_proj, k_proj, v_proj, o_proj;
@@ -114,7 +116,7 @@ class LlamaDecoderLayer : public Module {
   explicit LlamaDecoderLayer(const LlamaConfig& c, std::shared_ptr<RotaryCache> rope = nullptr);
   Tensor forward(const Tensor& x) override;  // h = x + attn(norm(x)); h + mlp(norm(h))
   Tensor forward(const Tensor& x, Tensor& keys, Tensor& values, int64_t offset, int64_t capacity);
-  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position);
+  Tensor decode(const Tensor& x, Tensor& keys, Tensor& values, const Tensor& position, const Tensor& mask);
   RMSNorm input_layernorm, post_attention_layernorm;
   LlamaAttention self_attn;
   LlamaMLP mlp;

@@ -102,7 +102,13 @@ void index_select(const Tensor& x, int64_t dim, const Tensor& index, const Tenso
   });
 }
 
-void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
+namespace {
+
+// The walk index_add_ and index_copy_ share: row(p, n, strides) over each slice pair
+// (out.select(dim, index[i]), source.select(dim, i)), serially over the index, so repeated entries
+// reach their slice in index order.
+template <typename Row>
+void over_indexed_slices(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source, Row row) {
   const int64_t count = index.numel();
   const Shape rest = erase_dim(source.sizes(), dim);
   Tensor out_rest = without_dim(out, dim, rest);
@@ -111,40 +117,35 @@ void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tenso
   const int64_t out_step = out.stride(dim) * item, source_step = source.stride(dim) * item;
   const int64_t* idx = index.data_ptr<int64_t>();
   const int64_t idx_stride = index.dim() == 0 ? 0 : index.stride(0);
+  auto plan = make_plan<2>({&out_rest, &source_rest});
+  const auto base = plan.data;
+  for (int64_t i = 0; i < count; ++i) {
+    plan.data[0] = base[0] + idx[i * idx_stride] * out_step;
+    plan.data[1] = base[1] + i * source_step;
+    for_each_row<2>(plan, row);
+  }
+}
+
+}  // namespace
+
+void index_add_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
   dispatch<TypeSet::FloatingAndIntegral>(out.dtype(), "index_add", [&]<typename T>() {
-    auto plan = make_plan<2>({&out_rest, &source_rest});
-    const auto base = plan.data;
-    // Serial over the index: repeated entries add into the same slice.
-    for (int64_t i = 0; i < count; ++i) {
-      plan.data[0] = base[0] + idx[i * idx_stride] * out_step;
-      plan.data[1] = base[1] + i * source_step;
-      for_each_row<2>(plan, [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
-        for (int64_t j = 0; j < n; ++j) add_into<T>(p[0] + j * s[0], p[1] + j * s[1]);
-      });
-    }
+    // Repeated entries add into the same slice.
+    over_indexed_slices(out, dim, index, source,
+                        [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
+                          for (int64_t j = 0; j < n; ++j) add_into<T>(p[0] + j * s[0], p[1] + j * s[1]);
+                        });
   });
 }
 
 void index_copy_(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& source) {
-  const int64_t count = index.numel();
-  const Shape rest = erase_dim(source.sizes(), dim);
-  Tensor out_rest = without_dim(out, dim, rest);
-  Tensor source_rest = without_dim(source, dim, rest);
-  const int64_t item = static_cast<int64_t>(out.itemsize());
-  const int64_t out_step = out.stride(dim) * item, source_step = source.stride(dim) * item;
-  const int64_t* idx = index.data_ptr<int64_t>();
-  const int64_t idx_stride = index.dim() == 0 ? 0 : index.stride(0);
   dispatch(out.dtype(), "index_copy", [&]<typename T>() {
-    auto plan = make_plan<2>({&out_rest, &source_rest});
-    const auto base = plan.data;
-    // Serial over the index, so of repeated entries the last one's slice stays.
-    for (int64_t i = 0; i < count; ++i) {
-      plan.data[0] = base[0] + idx[i * idx_stride] * out_step;
-      plan.data[1] = base[1] + i * source_step;
-      for_each_row<2>(plan, [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
-        for (int64_t j = 0; j < n; ++j) *reinterpret_cast<T*>(p[0] + j * s[0]) = load<T>(p[1] + j * s[1]);
-      });
-    }
+    // Of repeated entries the last one's slice stays.
+    over_indexed_slices(out, dim, index, source,
+                        [](std::array<char*, 2> p, int64_t n, const std::array<int64_t, 2>& s) {
+                          for (int64_t j = 0; j < n; ++j)
+                            *reinterpret_cast<T*>(p[0] + j * s[0]) = load<T>(p[1] + j * s[1]);
+                        });
   });
 }
 
