@@ -268,7 +268,7 @@ void GradScaler::load_state_dict(const std::map<std::string, Tensor>& state) {
   o.init_scale = state_value(state, "scale");
   o.growth_factor = state_value(state, "growth_factor");
   o.backoff_factor = state_value(state, "backoff_factor");
-  o.growth_interval = static_cast<int64_t>(state_value(state, "growth_interval"));
+  o.growth_interval = optim::detail::count_value(state, "growth_interval");
   o.dynamic = state_value(state, "dynamic") != 0.0;
   o.enabled = state_value(state, "enabled") != 0.0;
   const double tracker = state_value(state, "growth_tracker");

@@ -113,9 +113,10 @@ Generators& generators() {
 
 Generator& default_generator(Device device) {
   if (device.is_cpu()) return generators().cpu;
-  NABLA_CHECK(device.index >= 0 && device.index < kMaxCudaDevices, "default_generator: bad device {}",
-              device.str());
-  return generators().cuda[device.index];
+  // As int: an int8_t index is under the bound by type today (clang warns); kept if either changes.
+  const int index = device.index;
+  NABLA_CHECK(index >= 0 && index < kMaxCudaDevices, "default_generator: bad device {}", device.str());
+  return generators().cuda[index];
 }
 
 void manual_seed(uint64_t seed) {

@@ -14,36 +14,50 @@ namespace nabla::data {
 
 namespace fs = std::filesystem;
 
-CifarDataset::CifarDataset(std::vector<std::string> files, CifarOptions options)
-    : options_(options), files_(std::move(files)) {
-  NABLA_CHECK(!files_.empty(), "CifarDataset: needs at least one .bin file");
+CifarDataset::CifarDataset(std::vector<std::string> files, CifarOptions options) : options_(options) {
+  NABLA_CHECK(!files.empty(), "CifarDataset: needs at least one .bin file");
+  for (const auto& path : files) append_file(read_file_bytes(path), path);
+}
+
+std::shared_ptr<CifarDataset> CifarDataset::parse(std::span<const uint8_t> bytes, const std::string& name,
+                                                  CifarOptions options) {
+  std::shared_ptr<CifarDataset> dataset(new CifarDataset(options));
+  dataset->append_file(bytes, name);
+  return dataset;
+}
+
+void CifarDataset::append_file(std::span<const uint8_t> bytes, const std::string& name) {
   const bool hundred = options_.variant == CifarVariant::cifar100;
   const size_t label_bytes = hundred ? 2 : 1;
   const size_t record = label_bytes + kImageBytes;
   const int64_t classes = num_classes();
-  for (const auto& path : files_) {
-    std::vector<uint8_t> bytes = read_file_bytes(path);
-    if (bytes.empty()) throw DataError(-1, path, "the CIFAR file is empty");
-    if (bytes.size() % record != 0) {
+  if (bytes.empty()) throw DataError(-1, name, "the CIFAR file is empty");
+  if (bytes.size() % record != 0) {
+    throw DataError(
+        -1, name,
+        fmt::format("a CIFAR-{} file is a whole number of {}-byte records, but this one is {} bytes "
+                    "({} records and {} bytes over): truncated, or the wrong variant",
+                    hundred ? 100 : 10, record, bytes.size(), bytes.size() / record, bytes.size() % record));
+  }
+  // Checked whole before anything is kept, so a bad file leaves the dataset as it was.
+  const size_t records = bytes.size() / record;
+  for (size_t r = 0; r < records; ++r) {
+    const uint8_t* rec = bytes.data() + r * record;
+    const uint8_t label = hundred ? rec[options_.fine_labels ? 1 : 0] : rec[0];
+    if (label >= classes) {
       throw DataError(
-          -1, path,
-          fmt::format("a CIFAR-{} file is a whole number of {}-byte records, but this one is {} bytes "
-                      "({} records and {} bytes over): truncated, or the wrong variant",
-                      hundred ? 100 : 10, record, bytes.size(), bytes.size() / record,
-                      bytes.size() % record));
+          -1, name,
+          fmt::format("record {} has label {}, outside [0, {}) for this variant", r, label, classes));
     }
-    file_starts_.push_back(size());
-    for (size_t r = 0; r < bytes.size() / record; ++r) {
-      const uint8_t* rec = bytes.data() + r * record;
-      uint8_t label = hundred ? rec[options_.fine_labels ? 1 : 0] : rec[0];
-      if (label >= classes) {
-        throw DataError(
-            -1, path,
-            fmt::format("record {} has label {}, outside [0, {}) for this variant", r, label, classes));
-      }
-      labels_.push_back(label);
-      planes_.insert(planes_.end(), rec + label_bytes, rec + record);
-    }
+  }
+  files_.push_back(name);
+  file_starts_.push_back(size());
+  labels_.reserve(labels_.size() + records);
+  planes_.reserve(planes_.size() + records * kImageBytes);
+  for (size_t r = 0; r < records; ++r) {
+    const uint8_t* rec = bytes.data() + r * record;
+    labels_.push_back(hundred ? rec[options_.fine_labels ? 1 : 0] : rec[0]);
+    planes_.insert(planes_.end(), rec + label_bytes, rec + record);
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,9 @@ class CifarDataset final : public ImageDataset {
   static constexpr int64_t kImageBytes = 3 * kSide * kSide;
 
   CifarDataset(std::vector<std::string> files, CifarOptions options = {});
+  // One file's bytes already in memory; `name` stands for the file in errors and describe().
+  static std::shared_ptr<CifarDataset> parse(std::span<const uint8_t> bytes, const std::string& name,
+                                             CifarOptions options = {});
   // The standard file names in `root`: data_batch_1..5.bin / test_batch.bin (CIFAR-10),
   // train.bin / test.bin (CIFAR-100).
   static std::shared_ptr<CifarDataset> open(const std::string& root, bool train, CifarOptions options = {});
@@ -40,6 +44,9 @@ class CifarDataset final : public ImageDataset {
   std::string describe(int64_t index) const override;
 
  private:
+  explicit CifarDataset(CifarOptions options) : options_(options) {}
+  void append_file(std::span<const uint8_t> bytes, const std::string& name);
+
   CifarOptions options_;
   std::vector<std::string> files_;
   std::vector<int64_t> file_starts_;  // first index of each file

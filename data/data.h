@@ -18,3 +18,4 @@
 #include "nabla/data/sample_random.h"
 #include "nabla/data/sampler.h"
 #include "nabla/data/synthetic.h"
+#include "nabla/data/token_file.h"

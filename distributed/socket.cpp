@@ -149,6 +149,32 @@ uint16_t local_port(const Socket& socket) {
   return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
+std::string peer_name(const Socket& socket) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(socket.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "an unknown peer";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {  // an IPv4 peer on the dual-stack listener
+      ::inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof(host));
+      return fmt::format("{}:{}", host, ntohs(a->sin6_port));
+    }
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    return fmt::format("[{}]:{}", host, ntohs(a->sin6_port));
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+  ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+  return fmt::format("{}:{}", host, ntohs(a->sin_port));
+}
+
+void set_send_timeout(const Socket& socket, std::chrono::milliseconds timeout) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  ::setsockopt(socket.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> frame(4 + payload.size());
   auto n = static_cast<uint32_t>(payload.size());

@@ -7,14 +7,6 @@
 namespace nabla::distributed {
 namespace {
 
-std::vector<uint8_t> key_request(StoreOp op, const std::vector<std::string>& keys) {
-  std::vector<uint8_t> out;
-  net::put_u8(out, static_cast<uint8_t>(op));
-  net::put_i64(out, static_cast<int64_t>(keys.size()));
-  for (const auto& k : keys) net::put_string(out, k);
-  return out;
-}
-
 std::string seconds(std::chrono::milliseconds t) {
   return fmt::format("{:.1f} s", t.count() / 1000.0);
 }
@@ -59,24 +51,19 @@ std::vector<uint8_t> TcpStore::request(const std::vector<uint8_t>& payload, std:
 }
 
 void TcpStore::set(const std::string& key, const Bytes& value) {
-  std::vector<uint8_t> out;
-  net::put_u8(out, static_cast<uint8_t>(StoreOp::set));
-  net::put_string(out, key);
-  net::put_bytes(out, value.data(), value.size());
+  const auto out = encode_store_request({.op = StoreOp::set, .keys = {key}, .value = value});
   request(out, options_.connect_timeout, fmt::format("set('{}') to be acknowledged", key));
 }
 
 Bytes TcpStore::get(const std::string& key, std::chrono::milliseconds timeout) {
-  auto reply = request(key_request(StoreOp::get, {key}), timeout, fmt::format("key '{}'", key));
+  auto reply = request(encode_store_request({.op = StoreOp::get, .keys = {key}}), timeout,
+                       fmt::format("key '{}'", key));
   net::Reader r(reply);
   return r.bytes();
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
-  std::vector<uint8_t> out;
-  net::put_u8(out, static_cast<uint8_t>(StoreOp::add));
-  net::put_string(out, key);
-  net::put_i64(out, delta);
+  const auto out = encode_store_request({.op = StoreOp::add, .keys = {key}, .delta = delta});
   auto reply = request(out, options_.connect_timeout, fmt::format("add('{}') to be acknowledged", key));
   net::Reader r(reply);
   return r.i64();
@@ -85,13 +72,11 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   std::string names;
   for (const auto& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
-  request(key_request(StoreOp::wait, keys), timeout, "keys " + names);
+  request(encode_store_request({.op = StoreOp::wait, .keys = keys}), timeout, "keys " + names);
 }
 
 bool TcpStore::check(const std::string& key) {
-  std::vector<uint8_t> out;
-  net::put_u8(out, static_cast<uint8_t>(StoreOp::check));
-  net::put_string(out, key);
+  const auto out = encode_store_request({.op = StoreOp::check, .keys = {key}});
   auto reply = request(out, options_.connect_timeout, fmt::format("check('{}') to be answered", key));
   return !reply.empty() && reply[0] == 1;
 }

@@ -45,10 +45,9 @@ void TcpStoreServer::serve() {
       if (fds[i].revents == 0) continue;
       auto it = clients_.find(fds[i].fd);
       if (it == clients_.end()) continue;
-      if (!read_client(it->second)) {
-        std::erase_if(parked_, [fd = it->first](const Parked& p) { return p.fd == fd; });
-        clients_.erase(it);
-      }
+      if (!read_client(it->first, it->second)) drop(fds[i].fd);
+      for (int fd : dropped_) drop(fd);
+      dropped_.clear();
     }
   }
 }
@@ -56,116 +55,53 @@ void TcpStoreServer::serve() {
 void TcpStoreServer::accept_client() {
   int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) return;  // the client gave up between poll and accept
-  clients_[fd] = Client{net::Socket(fd), {}};
+  net::Socket socket(fd);
+  // A client that stops reading its replies must not stall the store for everyone else.
+  net::set_send_timeout(socket, std::chrono::seconds(30));
+  std::string peer = net::peer_name(socket);
+  clients_.emplace(fd, Client{std::move(socket), std::move(peer), FrameSplitter()});
 }
 
-bool TcpStoreServer::read_client(Client& client) {
+void TcpStoreServer::drop(int fd) {
+  table_.forget(fd);
+  clients_.erase(fd);
+}
+
+bool TcpStoreServer::read_client(int fd, Client& client) {
   uint8_t buffer[64 * 1024];
-  ssize_t n = ::recv(client.socket.fd(), buffer, sizeof(buffer), MSG_DONTWAIT);
+  ssize_t n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
   if (n == 0) return false;
   if (n < 0) return errno == EAGAIN || errno == EINTR;
-  client.input.insert(client.input.end(), buffer, buffer + n);
   // Serve every whole frame received so far.
-  for (;;) {
-    auto& in = client.input;
-    if (in.size() < 4) return true;
-    size_t len = in[0] | (in[1] << 8) | (in[2] << 16) | (size_t{in[3]} << 24);
-    if (in.size() < 4 + len) return true;
-    std::vector<uint8_t> frame(in.begin() + 4, in.begin() + 4 + static_cast<ptrdiff_t>(len));
-    in.erase(in.begin(), in.begin() + 4 + static_cast<ptrdiff_t>(len));
-    try {
-      handle(client.socket.fd(), frame);
-    } catch (const std::exception& e) {
-      NABLA_LOG_WARN("store server: dropping a client that sent a bad request: {}", e.what());
-      return false;
+  try {
+    client.input.append(buffer, static_cast<size_t>(n));
+    while (auto frame = client.input.next()) {
+      if (!send_replies(table_.apply(fd, parse_store_request(*frame)), fd)) return false;
     }
-  }
-}
-
-void TcpStoreServer::handle(int fd, const std::vector<uint8_t>& frame) {
-  net::Reader r(frame);
-  auto op = static_cast<StoreOp>(r.u8());
-  switch (op) {
-    case StoreOp::set: {
-      std::string key = r.string();
-      data_[key] = r.bytes();
-      reply(fd, {0});
-      release_parked();
-      return;
-    }
-    case StoreOp::add: {
-      std::string key = r.string();
-      int64_t delta = r.i64();
-      auto& stored = data_[key];
-      int64_t value = stored.empty() ? 0 : std::stoll(std::string(stored.begin(), stored.end()));
-      value += delta;
-      std::string text = std::to_string(value);  // stored as text, like PyTorch's store
-      stored.assign(text.begin(), text.end());
-      std::vector<uint8_t> out;
-      net::put_i64(out, value);
-      reply(fd, out);
-      release_parked();
-      return;
-    }
-    case StoreOp::check: {
-      std::string key = r.string();
-      reply(fd, {static_cast<uint8_t>(data_.count(key) ? 1 : 0)});
-      return;
-    }
-    case StoreOp::get:
-    case StoreOp::wait: {
-      std::vector<std::string> keys;
-      int64_t count = r.i64();
-      for (int64_t i = 0; i < count; ++i) keys.push_back(r.string());
-      if (ready(keys)) {
-        answer(fd, op, keys);
-      } else {
-        parked_.push_back({fd, op, std::move(keys)});
-      }
-      return;
-    }
-  }
-  throw Error(fmt::format("unknown store operation {}", static_cast<int>(op)));
-}
-
-bool TcpStoreServer::ready(const std::vector<std::string>& keys) const {
-  for (const auto& k : keys) {
-    if (!data_.count(k)) return false;
+  } catch (const std::exception& e) {
+    NABLA_LOG_WARN("store server: dropping the connection from {}: {}", client.peer, e.what());
+    return false;
   }
   return true;
 }
 
-void TcpStoreServer::answer(int fd, StoreOp op, const std::vector<std::string>& keys) {
-  if (op == StoreOp::get) {
-    std::vector<uint8_t> out;
-    const auto& value = data_.at(keys.front());
-    net::put_bytes(out, value.data(), value.size());
-    reply(fd, out);
-  } else {
-    reply(fd, {0});
-  }
-}
-
-void TcpStoreServer::release_parked() {
-  std::vector<Parked> still;
-  for (auto& p : parked_) {
-    if (ready(p.keys)) {
-      answer(p.fd, p.op, p.keys);
-    } else {
-      still.push_back(std::move(p));
+bool TcpStoreServer::send_replies(const std::vector<StoreTable::Reply>& replies, int reader) {
+  bool keep_reader = true;
+  for (const auto& reply : replies) {
+    auto it = clients_.find(reply.client);
+    if (it == clients_.end()) continue;
+    try {
+      net::send_frame(it->second.socket, reply.payload);
+    } catch (const std::exception& e) {
+      NABLA_LOG_WARN("store server: dropping the connection from {}: {}", it->second.peer, e.what());
+      if (reply.client == reader) {
+        keep_reader = false;
+      } else {
+        dropped_.push_back(reply.client);
+      }
     }
   }
-  parked_ = std::move(still);
-}
-
-void TcpStoreServer::reply(int fd, const std::vector<uint8_t>& payload) {
-  auto it = clients_.find(fd);
-  if (it == clients_.end()) return;
-  try {
-    net::send_frame(it->second.socket, payload);
-  } catch (const std::exception&) {
-    // The client went away; poll() reports the hang-up and removes it.
-  }
+  return keep_reader;
 }
 
 }  // namespace nabla::distributed

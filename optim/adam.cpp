@@ -67,6 +67,12 @@ bool Adam::step_unless(const Tensor& found_inf) {
   return true;
 }
 
+std::vector<std::string> Adam::required_state() const {
+  std::vector<std::string> names = {"step", "exp_avg", "exp_avg_sq"};
+  if (options_.amsgrad) names.push_back("max_exp_avg_sq");
+  return names;
+}
+
 void Adam::update(const Tensor& skip_if) {
   NoGradGuard no_grad;
   begin_step();

@@ -39,6 +39,7 @@ class Adam : public Optimizer {
 
  protected:
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled, const char* name);
+  std::vector<std::string> required_state() const override;
 
  private:
   void update(const Tensor& skip_if);

@@ -48,7 +48,8 @@ StateDict ExponentialMovingAverage::state_dict() const {
 
 void ExponentialMovingAverage::load_state_dict(const StateDict& state) {
   NoGradGuard no_grad;
-  num_updates_ = static_cast<int64_t>(detail::scalar_value(state, "num_updates"));
+  // Checked whole before anything changes, so a file that fails leaves the averages as they were.
+  const int64_t updates = detail::count_value(state, "num_updates");
   for (size_t i = 0; i < shadow_.size(); ++i) {
     const auto key = "shadow." + std::to_string(i);
     auto it = state.find(key);
@@ -56,8 +57,9 @@ void ExponentialMovingAverage::load_state_dict(const StateDict& state) {
     NABLA_CHECK(it->second.sizes() == shadow_[i].sizes(),
                 "ExponentialMovingAverage::load_state_dict: '{}' has shape {}, want {}", key,
                 shape_str(it->second.sizes()), shape_str(shadow_[i].sizes()));
-    shadow_[i].copy_(it->second);
   }
+  num_updates_ = updates;
+  for (size_t i = 0; i < shadow_.size(); ++i) shadow_[i].copy_(state.at("shadow." + std::to_string(i)));
 }
 
 }  // namespace nabla::optim

@@ -1,8 +1,14 @@
 // The Optimizer base: group defaults, zero_grad and the tensor state dict.
 #include "nabla/optim/optimizer.h"
 
+#include <fmt/ranges.h>
+
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/cuda/graph.h"
@@ -23,6 +29,14 @@ double scalar_value(const StateDict& state, const std::string& key) {
   NABLA_CHECK(it->second.numel() == 1, "load_state_dict: '{}' must hold one value, has shape {}", key,
               shape_str(it->second.sizes()));
   return it->second.to(kFloat64).cpu().item<double>();
+}
+
+int64_t count_value(const StateDict& state, const std::string& key) {
+  const double v = scalar_value(state, key);
+  // Counts above 2^53 are not exact in float64, which is how state dicts store them.
+  NABLA_CHECK(v >= 0 && v <= 9007199254740992.0 && v == std::floor(v),
+              "load_state_dict: '{}' is {}; a count must be a whole number in [0, 2^53]", key, v);
+  return static_cast<int64_t>(v);
 }
 }  // namespace detail
 
@@ -160,31 +174,80 @@ StateDict Optimizer::state_dict() const {
   return out;
 }
 
+namespace {
+
+// The decimal index in `text`, or nullopt when it is not one (a state key from a damaged file).
+std::optional<size_t> parse_index(const std::string& text) {
+  size_t value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+double finite_value(const StateDict& state, const std::string& key) {
+  const double v = detail::scalar_value(state, key);
+  NABLA_CHECK(std::isfinite(v), "load_state_dict: '{}' is {}; it must be finite", key, v);
+  return v;
+}
+
+}  // namespace
+
 void Optimizer::load_state_dict(const StateDict& state) {
   NoGradGuard no_grad;
-  step_ = static_cast<int64_t>(detail::scalar_value(state, "step"));
-  for (size_t g = 0; g < groups_.size(); ++g) {
+  // Everything is read and checked before anything changes, so a file that fails to load leaves
+  // the optimizer as it was.
+  const int64_t step = detail::count_value(state, "step");
+  std::vector<ParamGroup> groups = groups_;
+  for (size_t g = 0; g < groups.size(); ++g) {
     const auto prefix = "param_groups." + std::to_string(g) + ".";
-    groups_[g].lr = detail::scalar_value(state, prefix + "lr");
-    groups_[g].weight_decay = detail::scalar_value(state, prefix + "weight_decay");
-    groups_[g].momentum = detail::scalar_value(state, prefix + "momentum");
+    groups[g].lr = finite_value(state, prefix + "lr");
+    groups[g].weight_decay = finite_value(state, prefix + "weight_decay");
+    groups[g].momentum = finite_value(state, prefix + "momentum");
   }
-  auto previous = std::move(state_);
-  state_.clear();
-  for (const auto& group : groups_) state_.emplace_back(group.params.size());
+  struct Entry {
+    size_t g, i;
+    std::string name;
+    const Tensor* value;
+  };
+  std::vector<Entry> entries;
   for (const auto& [key, value] : state) {
     if (key.rfind("state.", 0) != 0) continue;
     // state.<g>.<i>.<name>
     const auto first = key.find('.', 6);
     const auto second = first == std::string::npos ? first : key.find('.', first + 1);
-    NABLA_CHECK(second != std::string::npos,
-                "load_state_dict: malformed key '{}' (want state.<g>.<i>.<name>)", key);
-    const size_t g = std::stoul(key.substr(6, first - 6));
-    const size_t i = std::stoul(key.substr(first + 1, second - first - 1));
-    NABLA_CHECK(g < groups_.size() && i < groups_[g].params.size(),
+    const auto g = second == std::string::npos ? std::nullopt : parse_index(key.substr(6, first - 6));
+    const auto i =
+        second == std::string::npos ? std::nullopt : parse_index(key.substr(first + 1, second - first - 1));
+    NABLA_CHECK(g && i, "load_state_dict: malformed key '{}' (want state.<group>.<index>.<name>)", key);
+    NABLA_CHECK(*g < groups_.size() && *i < groups_[*g].params.size(),
                 "load_state_dict: key '{}' names a parameter this optimizer does not have ({} groups)", key,
                 groups_.size());
     const auto name = key.substr(second + 1);
+    const Tensor& param = groups_[*g].params[*i];
+    if (name == "step") {
+      (void)detail::count_value(state, key);
+    } else {
+      NABLA_CHECK(value.sizes() == param.sizes(), "load_state_dict: '{}' has shape {}, the parameter has {}",
+                  key, shape_str(value.sizes()), shape_str(param.sizes()));
+    }
+    entries.push_back({*g, *i, name, &value});
+  }
+  std::map<std::pair<size_t, size_t>, std::set<std::string>> names;
+  for (const auto& e : entries) names[{e.g, e.i}].insert(e.name);
+  for (const auto& [where, present] : names) {
+    for (const auto& needed : required_state()) {
+      NABLA_CHECK(present.count(needed),
+                  "load_state_dict: parameter {} of group {} has state but no '{}'; {} needs {}",
+                  where.second, where.first, needed, name_, fmt::join(required_state(), ", "));
+    }
+  }
+
+  step_ = step;
+  groups_ = std::move(groups);
+  auto previous = std::move(state_);
+  state_.clear();
+  for (const auto& group : groups_) state_.emplace_back(group.params.size());
+  for (const auto& [g, i, name, value] : entries) {
     const Tensor& param = groups_[g].params[i];
     // Into the tensors the optimizer already has where they fit, in place: a CUDA graph that
     // captured a step reads and writes those very buffers.
@@ -192,19 +255,17 @@ void Optimizer::load_state_dict(const StateDict& state) {
     Tensor* into = existing != previous[g][i].end() ? &existing->second : nullptr;
     if (name == "step") {
       if (into && into->is_cuda() && into->numel() == 1) {
-        into->copy_(value.to(kFloat64).reshape(into->sizes()).to(into->device(), into->dtype()));
+        into->copy_(value->to(kFloat64).reshape(into->sizes()).to(into->device(), into->dtype()));
         state_[g][i][name] = *into;
       } else {
-        state_[g][i][name] = value.to(Device::cpu(), kFloat64).clone();
+        state_[g][i][name] = value->to(Device::cpu(), kFloat64).reshape({}).clone();
       }
     } else {
-      NABLA_CHECK(value.sizes() == param.sizes(), "load_state_dict: '{}' has shape {}, the parameter has {}",
-                  key, shape_str(value.sizes()), shape_str(param.sizes()));
       // In the parameter's layout (channels_last stays channels_last), so fused updates apply.
       const bool fits = into && into->sizes() == param.sizes() && into->strides() == param.strides() &&
                         into->dtype() == param.dtype() && into->device() == param.device();
       Tensor copy = fits ? *into : param.detach().clone();
-      copy.copy_(value.to(param.device(), param.dtype()));
+      copy.copy_(value->to(param.device(), param.dtype()));
       state_[g][i][name] = copy;
     }
   }

@@ -89,6 +89,9 @@ class Optimizer {
 
   // The state of parameter `index` of group `group` (empty until its first update).
   std::map<std::string, Tensor>& state(size_t group, size_t index) { return state_[group][index]; }
+  // The state entries a parameter needs once it has any (load_state_dict refuses a file that
+  // holds only some of them, which the next step would trip over). None by default.
+  virtual std::vector<std::string> required_state() const { return {}; }
 
   // The host's part of one step, which every step() and step_unless() starts with: counts the
   // step and writes changed learning rates to their device copies (device_lr). Eagerly it runs
@@ -123,6 +126,8 @@ namespace detail {
 // A 0-d float64 CPU tensor, for scalars in state dicts.
 Tensor scalar_tensor(double value);
 double scalar_value(const StateDict& state, const std::string& key);
+// A step or update count: a whole number in [0, 2^53], or an error naming the key.
+int64_t count_value(const StateDict& state, const std::string& key);
 }  // namespace detail
 
 }  // namespace nabla::optim

@@ -41,9 +41,16 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   NABLA_CHECK(optimizer_->param_groups().size() == base_lrs_.size(),
               "scheduler load_state_dict: the optimizer has {} groups now, {} when the scheduler was built",
               optimizer_->param_groups().size(), base_lrs_.size());
-  step_ = static_cast<int64_t>(detail::scalar_value(state, "last_step"));
-  for (size_t g = 0; g < base_lrs_.size(); ++g)
-    base_lrs_[g] = detail::scalar_value(state, "base_lrs." + std::to_string(g));
+  const int64_t step = detail::count_value(state, "last_step");
+  std::vector<double> base_lrs(base_lrs_.size());
+  for (size_t g = 0; g < base_lrs.size(); ++g) {
+    const auto key = "base_lrs." + std::to_string(g);
+    base_lrs[g] = detail::scalar_value(state, key);
+    NABLA_CHECK(std::isfinite(base_lrs[g]), "scheduler load_state_dict: '{}' is {}; it must be finite", key,
+                base_lrs[g]);
+  }
+  step_ = step;
+  base_lrs_ = std::move(base_lrs);
   apply();
 }
 

@@ -10,6 +10,7 @@ packages=(
   libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
+  clang libclang-rt-14-dev libomp-dev
   python3-torch python3-torchvision python3-numpy
   dataset-fashion-mnist mate-backgrounds libgloo-dev fortunes
 )

@@ -70,7 +70,7 @@ std::vector<CLI::ConfigItem> JsonOrTomlConfig::from_config(std::istream& input) 
     json document;
     try {
       document = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // syntax errors, and numbers too large for a double
       throw CLI::ConfigError(std::string("config file: invalid JSON: ") + e.what());
     }
     json_items(document, {}, items);
@@ -131,7 +131,9 @@ std::string JsonOrTomlConfig::to_config(const CLI::App* app, bool default_also, 
     }
     out[opt->get_lnames().front()] = value;
   }
-  return out.dump(2) + "\n";
+  // A value need not be UTF-8 (a path on Linux is any bytes), which JSON cannot hold: such bytes
+  // are written as U+FFFD instead of failing the whole dump.
+  return out.dump(2, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace) + "\n";
 }
 
 CLI::Option* add_config_option(CLI::App& app) {

@@ -298,8 +298,8 @@ void pinned_empty_cache() {
 // --- Graphs. -------------------------------------------------------------------------------------
 
 namespace {
-std::atomic<uint64_t> next_pool{1};
-thread_local Graph* capturing_graph = nullptr;  // the graph this thread is capturing
+[[maybe_unused]] std::atomic<uint64_t> next_pool{1};  // only the CUDA branch below reads it
+thread_local Graph* capturing_graph = nullptr;        // the graph this thread is capturing
 thread_local uint64_t capturing_id = 0;
 thread_local HostWaitCounter* innermost_counter = nullptr;
 }  // namespace

@@ -45,6 +45,10 @@ Socket connect(const std::string& host, uint16_t port, std::chrono::milliseconds
 // port is in use.
 Socket listen(uint16_t port);
 uint16_t local_port(const Socket& socket);
+// "address:port" of the connected peer, for messages.
+std::string peer_name(const Socket& socket);
+// A send that cannot finish within `timeout` (the peer stopped reading) fails instead of blocking.
+void set_send_timeout(const Socket& socket, std::chrono::milliseconds timeout);
 
 // Sends one frame: a 4-byte little-endian length, then the bytes. Throws when the peer is gone.
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload);

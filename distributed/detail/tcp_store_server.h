@@ -1,4 +1,9 @@
-// Internal. The thread that serves a TcpStore on rank 0.
+// Internal. The thread that serves a TcpStore on rank 0: it moves bytes between its connections and
+// the protocol (store_protocol.h), which parses and answers them.
+//
+// Anyone who can reach the port can connect, so a connection that sends something malformed, a
+// frame over the size limit, or stops reading its replies is named in a warning and dropped; the
+// other ranks' connections go on.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +13,9 @@
 #include <vector>
 
 #include "nabla/distributed/detail/socket.h"
+#include "nabla/distributed/detail/store_protocol.h"
 
 namespace nabla::distributed {
-
-enum class StoreOp : uint8_t { set = 1, get = 2, add = 3, wait = 4, check = 5 };
 
 class TcpStoreServer {
  public:
@@ -22,30 +26,22 @@ class TcpStoreServer {
  private:
   struct Client {
     net::Socket socket;
-    std::vector<uint8_t> input;  // bytes received but not yet a whole frame
-  };
-  // A get or wait whose keys are not all set yet; answered when the last one arrives.
-  struct Parked {
-    int fd;
-    StoreOp op;
-    std::vector<std::string> keys;
+    std::string peer;  // "address:port", for the warning that drops it
+    FrameSplitter input;
   };
 
   void serve();
   void accept_client();
-  bool read_client(Client& client);  // false when the client has gone
-  void handle(int fd, const std::vector<uint8_t>& frame);
-  bool ready(const std::vector<std::string>& keys) const;
-  void answer(int fd, StoreOp op, const std::vector<std::string>& keys);
-  void release_parked();
-  void reply(int fd, const std::vector<uint8_t>& payload);
+  bool read_client(int fd, Client& client);  // false when the client has gone or is dropped
+  bool send_replies(const std::vector<StoreTable::Reply>& replies, int reader);  // false: drop `reader`
+  void drop(int fd);
 
   net::Socket listener_;
   uint16_t port_ = 0;
   int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop poll()
   std::map<int, Client> clients_;
-  std::map<std::string, std::vector<uint8_t>> data_;
-  std::vector<Parked> parked_;
+  std::vector<int> dropped_;  // clients a reply to failed, removed after the current read
+  StoreTable table_;
   std::thread thread_;
 };
 

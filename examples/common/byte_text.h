@@ -14,7 +14,7 @@ namespace examples {
 
 // The bytes of a text file, or of every file in a directory in name order (fortune's index files
 // *.dat and the *.u8 copies left out), as byte-level tokens.
-inline std::vector<uint16_t> read_text(const std::string& path) {
+inline std::vector<uint32_t> read_text(const std::string& path) {
   namespace fs = std::filesystem;
   std::vector<fs::path> files;
   if (fs::is_directory(path)) {
@@ -26,7 +26,7 @@ inline std::vector<uint16_t> read_text(const std::string& path) {
   } else {
     files.push_back(path);
   }
-  std::vector<uint16_t> tokens;
+  std::vector<uint32_t> tokens;
   for (const auto& f : files) {
     std::ifstream in(f, std::ios::binary);
     if (!in) throw std::runtime_error("cannot read " + f.string());

@@ -17,8 +17,8 @@
 // batches; otherwise windows start at random. --accum N sums the gradients of N micro-batches of
 // --batch rows before each optimizer step. --log FILE writes each step's loss, one per line.
 //
-// Token files are nanoGPT's raw uint16 or llm.c's (a 256 x int32 header with magic 20240520,
-// its version and the token count, then uint16 tokens), told apart by the header.
+// Token files are nanoGPT's raw uint16 or llm.c's (a 256 x int32 header, then uint16 or uint32
+// tokens), told apart by the header (nabla::data::read_token_file).
 // --bench prints one line of tokens/s, ms/step and peak memory, the figures
 // ../shared/bench/torch_gpt2.py prints for PyTorch.
 #include <nabla/nabla.h>
@@ -111,28 +111,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// The tokens of a nanoGPT (raw uint16) or llm.c (header + uint16) file.
-std::vector<uint16_t> read_tokens(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open token file " + path);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  size_t begin = 0;
-  int32_t header[256];
-  if (bytes.size() >= sizeof(header)) {
-    std::memcpy(header, bytes.data(), sizeof(header));
-    if (header[0] == 20240520) {
-      begin = sizeof(header);
-      if (bytes.size() != begin + 2 * static_cast<size_t>(header[2]))
-        throw std::runtime_error(path + ": llm.c header says " + std::to_string(header[2]) +
-                                 " tokens, the file has " + std::to_string((bytes.size() - begin) / 2));
-    }
-  }
-  if ((bytes.size() - begin) % 2 != 0) throw std::runtime_error(path + ": odd byte count for uint16 tokens");
-  std::vector<uint16_t> tokens((bytes.size() - begin) / 2);
-  std::memcpy(tokens.data(), bytes.data() + begin, tokens.size() * 2);
-  return tokens;
-}
-
 // Continues `prompt` (bytes) by `count` tokens: softmax of the last position's logits at
 // `temperature`, restricted to the top_k most likely, one multinomial draw per token.
 std::string sample_text(nb::nn::models::GPT2& model, const std::string& prompt, int64_t count,
@@ -176,8 +154,8 @@ int main(int argc, char** argv) try {
   int64_t count = 0;
   for (const auto& p : model.parameters()) count += p.numel();
 
-  std::vector<uint16_t> tokens;
-  if (!a.data.empty()) tokens = read_tokens(a.data);
+  std::vector<uint32_t> tokens;
+  if (!a.data.empty()) tokens = nb::data::read_token_file(a.data);
   if (!a.text.empty()) tokens = examples::read_text(a.text);
   nb::Generator gen(1);
   int64_t micro_batches = 0;  // drawn so far: --sequential's position in the file

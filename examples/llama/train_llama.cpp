@@ -136,7 +136,7 @@ int main(int argc, char** argv) try {
 
   double first = 0, last = 0;
   if (a.steps > 0) {
-    const std::vector<uint16_t> bytes = examples::read_text(a.text);
+    const std::vector<uint32_t> bytes = examples::read_text(a.text);
     const int64_t room = static_cast<int64_t>(bytes.size()) - a.seq - 1;
     if (room < 1) throw std::runtime_error(a.text + " holds fewer than --seq + 2 bytes");
     nb::TensorList decay, rest;  // no weight decay on the RMSNorm gains

@@ -5,8 +5,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+
 #include "apps_test_util.h"
+#include "fuzz/config_fuzz_body.h"
+#include "fuzz/mutate.h"
 #include "nabla/apps/train_support/config_file.h"
+#include "test_util.h"
 
 namespace ts = nabla::train_support;
 using nabla::testing::TempDir;
@@ -94,6 +99,8 @@ TEST(ConfigFile, BadFilesAreNamedErrors) {
   EXPECT_NE(message(R"({"lr": 0.1,})").find("invalid JSON"), std::string::npos);
   EXPECT_NE(message(R"({"lr": null})").find("key 'lr' has a null value"), std::string::npos);
   EXPECT_NE(message(R"({"amp": "fp8"})").find("fp8"), std::string::npos);  // CLI11's own check still runs
+  // Found by config_fuzz: a number beyond double's range was an uncaught nlohmann exception.
+  EXPECT_NE(message(R"({"lr": 5.31e309})").find("invalid JSON"), std::string::npos);
   Flags f;
   EXPECT_THROW(f.parse({"--config", dir.file("missing.json")}), CLI::FileError);
 }
@@ -117,4 +124,29 @@ TEST(ConfigFile, WrittenConfigReadsBackToTheSameValues) {
   EXPECT_EQ(second.amp, "bf16");
   EXPECT_TRUE(second.nesterov);
   EXPECT_EQ(second.milestones, (std::vector<int>{5, 9}));
+}
+
+// Found by config_fuzz: a value that is not UTF-8 (a Linux path may be any bytes) made writing the
+// effective configuration throw; it is written with U+FFFD in place of the bad bytes.
+TEST(ConfigFile, ValuesThatAreNotUtf8AreWrittenWithReplacementCharacters) {
+  Flags f;
+  f.app.add_option("--data", f.amp);  // any string flag
+  f.parse({"--data", "runs/caf\xe9"});
+  const std::string written = f.app.config_to_str(/*default_also=*/false, /*write_description=*/false);
+  EXPECT_EQ(nlohmann::json::parse(written).at("data"), "runs/caf\xef\xbf\xbd");
+}
+
+// The fuzz target's body (tests/fuzz/config_fuzz_body.h) over seeded mutations of its JSON and TOML
+// seeds: each parses or throws CLI::Error / nabla::Error, never anything else.
+TEST(ConfigFile, FuzzBodyReturnsOrThrowsOnMutatedSeeds) {
+  std::mt19937_64 rng(nabla::testing::test_seed());
+  auto run = [](const std::string& b) {
+    return nabla::fuzz::config_fuzz_one(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  int parsed = 0, total = 0;
+  for (const auto& [name, seed] : nabla::fuzz::config_fuzz_seeds()) {
+    EXPECT_TRUE(run(seed)) << name;
+    for (int i = 0; i < 400; ++i, ++total) parsed += run(nabla::fuzz::mutate(seed, i, rng)) ? 1 : 0;
+  }
+  EXPECT_LT(parsed, total);
 }

@@ -10,29 +10,17 @@
 namespace nabla {
 namespace {
 
-std::string valid_file(uint64_t seed) {
-  using testing::random_input;
-  std::map<std::string, Tensor> tensors{
-      {"w", random_input({3, 4}, seed, kFloat32)},
-      {"b", random_input({4}, seed + 1, kFloat16)},
-      {"steps", (random_input({2}, seed + 2) * 10.0).to(kInt64)},
-      {"scalar", random_input({}, seed + 3)},
-      {"empty", Tensor::empty({0}, {.dtype = kUInt8})},
-  };
-  return serialize_safetensors(tensors, {{"format", "pt"}, {"epoch", "3"}});
-}
-
 bool run(const std::string& bytes) {
   return fuzz::safetensors_fuzz_one(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
 }
 
 TEST(SafetensorsFuzz, ValidFileParses) {
-  EXPECT_TRUE(run(valid_file(testing::test_seed())));
+  EXPECT_TRUE(run(fuzz::safetensors_fuzz_seed(testing::test_seed())));
 }
 
 TEST(SafetensorsFuzz, MutatedFilesReturnOrThrowNablaError) {
   const uint64_t seed = testing::test_seed();
-  const std::string valid = valid_file(seed);
+  const std::string valid = fuzz::safetensors_fuzz_seed(seed);
   std::mt19937_64 rng(seed);
   auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
   int parsed = 0;

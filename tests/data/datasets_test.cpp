@@ -4,6 +4,8 @@
 #include <fstream>
 #include <random>
 
+#include "fuzz/cifar_fuzz_body.h"
+#include "fuzz/mutate.h"
 #include "nabla/data/cifar.h"
 #include "nabla/data/data_loader.h"
 #include "nabla/data/error.h"
@@ -96,6 +98,33 @@ TEST_F(CifarFiles, MalformedFilesAreErrors) {
   EXPECT_NABLA_ERROR(CifarDataset({path("label.bin")}), "record 1 has label 10, outside [0, 10)");
   EXPECT_NABLA_ERROR(CifarDataset({path("missing.bin")}), "cannot open the file");
   EXPECT_NABLA_ERROR(CifarDataset::open(path("nowhere"), true), "does not exist");
+}
+
+TEST_F(CifarFiles, BytesInMemoryParseAsTheFileWould) {
+  const auto bytes = write("data.bin", 3, 1, 10, testing::test_seed());
+  auto from_file = CifarDataset({path("data.bin")});
+  auto parsed = CifarDataset::parse(bytes, "memory");
+  ASSERT_EQ(parsed->size(), 3);
+  std::vector<uint8_t> a(3072), b(3072);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(parsed->load_into(i, a, {}), from_file.load_into(i, b, {}));
+    EXPECT_EQ(a, b);
+  }
+  EXPECT_EQ(parsed->describe(2), "memory[record 2]");
+  EXPECT_NABLA_ERROR(CifarDataset::parse(std::span(bytes).first(3000), "memory"), "3073-byte records");
+}
+
+TEST(CifarFuzz, FuzzBodyReturnsOrThrowsOnMutatedSeeds) {
+  std::mt19937_64 rng(testing::test_seed());
+  auto run = [](const std::string& b) {
+    return fuzz::cifar_fuzz_one(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  int whole = 0, total = 0;
+  for (const auto& [name, seed] : fuzz::cifar_fuzz_seeds()) {
+    EXPECT_EQ(run(seed), 2) << name;
+    for (int i = 0; i < 300; ++i, ++total) whole += run(fuzz::mutate(seed, i, rng)) == 2 ? 1 : 0;
+  }
+  EXPECT_LT(whole, total);
 }
 
 TEST(SyntheticDataset, IsDeterministicForASeedAndDrawsFromItsPool) {

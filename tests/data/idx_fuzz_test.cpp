@@ -2,7 +2,6 @@
 // raw and gzip files: byte flips, truncations, header edits. The reader must return or throw
 // nabla::Error, never crash or allocate what the header merely claims. Runs in CI; the
 // libFuzzer target (-DNABLA_FUZZ=ON) explores further.
-#include <zlib.h>
 
 #include <random>
 
@@ -12,43 +11,22 @@
 namespace nabla {
 namespace {
 
-std::vector<uint8_t> valid_idx(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> out = {0, 0, 8, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6};
-  for (int i = 0; i < 4 * 5 * 6; ++i) out.push_back(static_cast<uint8_t>(rng()));
-  return out;
-}
-
-std::vector<uint8_t> gzip(const std::vector<uint8_t>& raw) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::vector<uint8_t> out(deflateBound(&z, raw.size()) + 32);
-  z.next_in = const_cast<Bytef*>(raw.data());
-  z.avail_in = static_cast<uInt>(raw.size());
-  z.next_out = out.data();
-  z.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
 bool run(const std::vector<uint8_t>& bytes) {
   return fuzz::idx_fuzz_one(bytes.data(), bytes.size());
 }
 
 TEST(IdxFuzz, ValidRawAndGzipFilesParse) {
-  auto raw = valid_idx(testing::test_seed());
+  auto raw = fuzz::idx_fuzz_seed(testing::test_seed());
   EXPECT_TRUE(run(raw));
-  EXPECT_TRUE(run(gzip(raw)));
+  EXPECT_TRUE(run(fuzz::gzip_bytes(raw)));
 }
 
 TEST(IdxFuzz, MutatedFilesReturnOrThrowNablaError) {
   const uint64_t seed = testing::test_seed();
   std::mt19937_64 rng(seed);
   auto below = [&](size_t n) { return n == 0 ? size_t{0} : static_cast<size_t>(rng() % n); };
-  const auto raw = valid_idx(seed);
-  const auto compressed = gzip(raw);
+  const auto raw = fuzz::idx_fuzz_seed(seed);
+  const auto compressed = fuzz::gzip_bytes(raw);
   int parsed = 0;
   for (int i = 0; i < 3000; ++i) {
     std::vector<uint8_t> bytes = (i % 2 == 0) ? raw : compressed;

@@ -5,10 +5,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
+#include <string>
 
 #include "nabla/core/error.h"
+#include "nabla/core/generator.h"
 #include "nabla/core/io/safetensors.h"
+#include "nabla/ops/factory.h"
 
 namespace nabla::fuzz {
 
@@ -26,6 +30,20 @@ inline bool safetensors_fuzz_one(const uint8_t* data, size_t size) {
   } catch (const nabla::Error&) {
     return false;
   }
+}
+
+// A valid file of several dtypes and ranks (an empty tensor and a scalar among them) with
+// metadata: the seed.
+inline std::string safetensors_fuzz_seed(uint64_t seed) {
+  Generator gen(seed);
+  std::map<std::string, Tensor> tensors{
+      {"w", randn({3, 4}, {.dtype = kFloat32}, &gen)},
+      {"b", randn({4}, {.dtype = kFloat64}, &gen).to(kFloat16)},
+      {"steps", randint(0, 10, {2}, {.dtype = kInt64}, &gen)},
+      {"scalar", randn({}, {.dtype = kFloat64}, &gen)},
+      {"empty", Tensor::empty({0}, {.dtype = kUInt8})},
+  };
+  return serialize_safetensors(tensors, {{"format", "pt"}, {"epoch", "3"}});
 }
 
 }  // namespace nabla::fuzz

@@ -382,5 +382,36 @@ TEST(OptimStateDict, KeysAndErrors) {
   EXPECT_NABLA_ERROR(opt.load_state_dict(bad), "step");
 }
 
+// Found by checkpoint_fuzz: a per-parameter step of 2.4e232 was cast to int64 (undefined) in the
+// next Adam step. Counts must be whole numbers in [0, 2^53], learning rates finite, state keys
+// numbered, Adam's state complete; and a refused file leaves the optimizer as it was.
+TEST(OptimStateDict, MalformedCheckpointEntriesAreRefusedAndChangeNothing) {
+  auto prob = make_problem(test_seed(), 1);
+  optim::AdamW opt(prob.params, {.lr = 0.1});
+  set_grads(prob.params, prob.grads[0]);
+  opt.step();
+  const auto sd = opt.state_dict();
+  auto refused = [&](const std::string& key, const Tensor& value, const std::string& message) {
+    auto bad = sd;
+    if (value.defined()) {
+      bad[key] = value;
+    } else {
+      bad.erase(key);
+    }
+    EXPECT_NABLA_ERROR(opt.load_state_dict(bad), message.c_str());
+    const auto after = opt.state_dict();
+    ASSERT_EQ(after.size(), sd.size()) << key;
+    for (const auto& [k, v] : sd)
+      EXPECT_TRUE(all_close(after.at(k), v, 0, 0)) << "after " << key << ": " << k;
+  };
+  const auto scalar = [](double v) { return full({}, v, {.dtype = kFloat64}); };
+  refused("state.0.0.step", scalar(2.35922e232), "a count must be a whole number");
+  refused("state.0.0.step", scalar(-1), "a count must be a whole number");
+  refused("step", scalar(1.5), "a count must be a whole number");
+  refused("param_groups.0.lr", scalar(std::nan("")), "must be finite");
+  refused("state.x.0.exp_avg", zeros({3, 4}, {.dtype = kFloat64}), "malformed key 'state.x.0.exp_avg'");
+  refused("state.0.0.exp_avg_sq", Tensor(), "has state but no 'exp_avg_sq'");
+}
+
 }  // namespace
 }  // namespace nabla::testing
