@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -22,8 +23,14 @@ namespace nabla::fuzz {
 
 // Returns true when the bytes parsed as a configuration.
 inline bool config_fuzz_one(const uint8_t* data, size_t size) {
-  // CLI11 reads configuration from a file: one per process, rewritten for every input.
-  static const std::string path = "/tmp/nabla-config-fuzz-" + std::to_string(::getpid());
+  // CLI11 reads configuration from a file: one per process, rewritten for every input and
+  // removed when the process exits.
+  struct ScratchFile {
+    std::string path = "/tmp/nabla-config-fuzz-" + std::to_string(::getpid());
+    ~ScratchFile() { std::remove(path.c_str()); }
+  };
+  static const ScratchFile scratch;
+  const std::string& path = scratch.path;
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
