@@ -14,7 +14,7 @@ namespace nabla::data {
 
 namespace fs = std::filesystem;
 
-CifarDataset::CifarDataset(std::vector<std::string> files, CifarOptions options) : options_(options) {
+CifarDataset::CifarDataset(const std::vector<std::string>& files, CifarOptions options) : options_(options) {
   NABLA_CHECK(!files.empty(), "CifarDataset: needs at least one .bin file");
   for (const auto& path : files) append_file(read_file_bytes(path), path);
 }

@@ -29,7 +29,7 @@ class CifarDataset final : public ImageDataset {
   static constexpr int64_t kSide = 32;
   static constexpr int64_t kImageBytes = 3 * kSide * kSide;
 
-  CifarDataset(std::vector<std::string> files, CifarOptions options = {});
+  CifarDataset(const std::vector<std::string>& files, CifarOptions options = {});
   // One file's bytes already in memory; `name` stands for the file in errors and describe().
   static std::shared_ptr<CifarDataset> parse(std::span<const uint8_t> bytes, const std::string& name,
                                              CifarOptions options = {});
