@@ -168,13 +168,6 @@ std::string peer_name(const Socket& socket) {
   return fmt::format("{}:{}", host, ntohs(a->sin_port));
 }
 
-void set_send_timeout(const Socket& socket, std::chrono::milliseconds timeout) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
-  ::setsockopt(socket.fd(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> frame(4 + payload.size());
   auto n = static_cast<uint32_t>(payload.size());
@@ -184,6 +177,27 @@ void send_frame(const Socket& socket, const std::vector<uint8_t>& payload) {
   while (sent < frame.size()) {
     ssize_t k = ::send(socket.fd(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
     if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) throw StoreConnectError("store: connection lost while sending: " + system_error(errno));
+    sent += static_cast<size_t>(k);
+  }
+}
+
+void send_frame(const Socket& socket, const std::vector<uint8_t>& payload, Clock::time_point deadline) {
+  std::vector<uint8_t> frame(4 + payload.size());
+  auto n = static_cast<uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(n >> (8 * i));
+  std::memcpy(frame.data() + 4, payload.data(), payload.size());
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t k = ::send(socket.fd(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(socket.fd(), POLLOUT, deadline)) {
+        throw StoreConnectError(
+            fmt::format("store: the peer took {} of {} bytes and then stopped reading", sent, frame.size()));
+      }
+      continue;
+    }
     if (k <= 0) throw StoreConnectError("store: connection lost while sending: " + system_error(errno));
     sent += static_cast<size_t>(k);
   }

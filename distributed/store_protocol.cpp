@@ -82,6 +82,9 @@ StoreRequest parse_store_request(const std::vector<uint8_t>& frame) {
         throw Error(
             fmt::format("store: malformed message ({} keys in a frame of {} bytes)", count, frame.size()));
       }
+      if (count > kMaxStoreKeys) {
+        throw Error(fmt::format("store: a request names {} keys; the limit is {}", count, kMaxStoreKeys));
+      }
       if (request.op == StoreOp::get && count != 1) {
         throw Error(
             fmt::format("store: malformed message (a get names {} keys; it takes exactly one)", count));
@@ -163,6 +166,12 @@ std::vector<StoreTable::Reply> StoreTable::apply(int client, const StoreRequest&
       if (ready(request.keys)) {
         replies.push_back(answer(client, request.op, request.keys));
       } else {
+        const auto waiting = std::count_if(parked_.begin(), parked_.end(),
+                                           [&](const Parked& p) { return p.client == client; });
+        if (static_cast<size_t>(waiting) >= kMaxParkedPerClient) {
+          throw Error(fmt::format("store: this client already has {} requests waiting; the limit is {}",
+                                  waiting, kMaxParkedPerClient));
+        }
         parked_.push_back({client, request.op, request.keys});
       }
       break;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "nabla/core/error.h"
 #include "nabla/core/logging.h"
@@ -46,18 +47,22 @@ void TcpStoreServer::serve() {
       auto it = clients_.find(fds[i].fd);
       if (it == clients_.end()) continue;
       if (!read_client(it->first, it->second)) drop(fds[i].fd);
-      for (int fd : dropped_) drop(fd);
-      dropped_.clear();
+      while (!dropped_.empty()) drop(*dropped_.begin());
     }
   }
 }
 
 void TcpStoreServer::accept_client() {
   int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_CLOEXEC);
-  if (fd < 0) return;  // the client gave up between poll and accept
+  if (fd < 0) {
+    if (errno == EMFILE || errno == ENFILE) {
+      // Out of descriptors: the listener stays readable, so without a pause poll() would spin.
+      NABLA_LOG_WARN("store server: cannot accept a connection: {}", std::strerror(errno));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return;  // otherwise the client gave up between poll and accept
+  }
   net::Socket socket(fd);
-  // A client that stops reading its replies must not stall the store for everyone else.
-  net::set_send_timeout(socket, std::chrono::seconds(30));
   std::string peer = net::peer_name(socket);
   clients_.emplace(fd, Client{std::move(socket), std::move(peer), FrameSplitter()});
 }
@@ -65,6 +70,7 @@ void TcpStoreServer::accept_client() {
 void TcpStoreServer::drop(int fd) {
   table_.forget(fd);
   clients_.erase(fd);
+  dropped_.erase(fd);
 }
 
 bool TcpStoreServer::read_client(int fd, Client& client) {
@@ -86,22 +92,20 @@ bool TcpStoreServer::read_client(int fd, Client& client) {
 }
 
 bool TcpStoreServer::send_replies(const std::vector<StoreTable::Reply>& replies, int reader) {
-  bool keep_reader = true;
   for (const auto& reply : replies) {
     auto it = clients_.find(reply.client);
-    if (it == clients_.end()) continue;
+    if (it == clients_.end() || dropped_.count(reply.client)) continue;
     try {
-      net::send_frame(it->second.socket, reply.payload);
+      // A client that stops reading its replies holds the store at most this long, once: it is
+      // dropped, and nothing more is sent to it.
+      net::send_frame(it->second.socket, reply.payload, net::Clock::now() + kReplyTimeout);
     } catch (const std::exception& e) {
       NABLA_LOG_WARN("store server: dropping the connection from {}: {}", it->second.peer, e.what());
-      if (reply.client == reader) {
-        keep_reader = false;
-      } else {
-        dropped_.push_back(reply.client);
-      }
+      table_.forget(reply.client);  // its parked requests complete nothing more
+      dropped_.insert(reply.client);
     }
   }
-  return keep_reader;
+  return !dropped_.count(reader);
 }
 
 }  // namespace nabla::distributed

@@ -184,9 +184,10 @@ std::optional<size_t> parse_index(const std::string& text) {
   return value;
 }
 
-double finite_value(const StateDict& state, const std::string& key) {
+// A hyper-parameter as the constructor allows it: finite and not negative.
+double hyper_parameter(const StateDict& state, const std::string& key) {
   const double v = detail::scalar_value(state, key);
-  NABLA_CHECK(std::isfinite(v), "load_state_dict: '{}' is {}; it must be finite", key, v);
+  NABLA_CHECK(std::isfinite(v) && v >= 0, "load_state_dict: '{}' is {}; it must be finite and >= 0", key, v);
   return v;
 }
 
@@ -200,9 +201,9 @@ void Optimizer::load_state_dict(const StateDict& state) {
   std::vector<ParamGroup> groups = groups_;
   for (size_t g = 0; g < groups.size(); ++g) {
     const auto prefix = "param_groups." + std::to_string(g) + ".";
-    groups[g].lr = finite_value(state, prefix + "lr");
-    groups[g].weight_decay = finite_value(state, prefix + "weight_decay");
-    groups[g].momentum = finite_value(state, prefix + "momentum");
+    groups[g].lr = hyper_parameter(state, prefix + "lr");
+    groups[g].weight_decay = hyper_parameter(state, prefix + "weight_decay");
+    groups[g].momentum = hyper_parameter(state, prefix + "momentum");
   }
   struct Entry {
     size_t g, i;

@@ -46,8 +46,8 @@ void LRScheduler::load_state_dict(const StateDict& state) {
   for (size_t g = 0; g < base_lrs.size(); ++g) {
     const auto key = "base_lrs." + std::to_string(g);
     base_lrs[g] = detail::scalar_value(state, key);
-    NABLA_CHECK(std::isfinite(base_lrs[g]), "scheduler load_state_dict: '{}' is {}; it must be finite", key,
-                base_lrs[g]);
+    NABLA_CHECK(std::isfinite(base_lrs[g]) && base_lrs[g] >= 0,
+                "scheduler load_state_dict: '{}' is {}; it must be finite and >= 0", key, base_lrs[g]);
   }
   step_ = step;
   base_lrs_ = std::move(base_lrs);

@@ -47,11 +47,12 @@ Socket listen(uint16_t port);
 uint16_t local_port(const Socket& socket);
 // "address:port" of the connected peer, for messages.
 std::string peer_name(const Socket& socket);
-// A send that cannot finish within `timeout` (the peer stopped reading) fails instead of blocking.
-void set_send_timeout(const Socket& socket, std::chrono::milliseconds timeout);
 
 // Sends one frame: a 4-byte little-endian length, then the bytes. Throws when the peer is gone.
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload);
+// The same, but the whole frame must be taken by `deadline` (one wait in all, not per send call),
+// else StoreConnectError: a peer that stops reading cannot hold the sender longer.
+void send_frame(const Socket& socket, const std::vector<uint8_t>& payload, Clock::time_point deadline);
 // Reads one frame, waiting until `deadline`. Returns nullopt on timeout; throws when the peer
 // closed the connection or sent a frame over `max_bytes`.
 std::optional<std::vector<uint8_t>> recv_frame(const Socket& socket, Clock::time_point deadline,

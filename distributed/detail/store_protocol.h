@@ -22,6 +22,10 @@ enum class StoreOp : uint8_t { set = 1, get = 2, add = 3, wait = 4, check = 5 };
 // The largest frame the server accepts, as net::recv_frame's default on the client side. A header
 // announcing more is refused before anything is buffered.
 inline constexpr size_t kMaxStoreFrame = size_t{1} << 30;
+// The most keys one get/wait names, and the most requests one client may have waiting: a
+// stranger's frame cannot make the server hold millions of keys.
+inline constexpr int64_t kMaxStoreKeys = 1 << 16;
+inline constexpr size_t kMaxParkedPerClient = 1024;
 
 // One client's input: bytes in, whole frames (a 4-byte little-endian length, then the payload) out.
 class FrameSplitter {

@@ -2,12 +2,15 @@
 // the protocol (store_protocol.h), which parses and answers them.
 //
 // Anyone who can reach the port can connect, so a connection that sends something malformed, a
-// frame over the size limit, or stops reading its replies is named in a warning and dropped; the
-// other ranks' connections go on.
+// frame over the size limit, or does not take a reply within 10 s is named in a warning and
+// dropped; the other ranks' connections go on (delayed at most those 10 s, once per such
+// connection: replies are sent from the serving thread, not queued).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +27,7 @@ class TcpStoreServer {
   uint16_t port() const { return port_; }
 
  private:
+  static constexpr std::chrono::seconds kReplyTimeout{10};
   struct Client {
     net::Socket socket;
     std::string peer;  // "address:port", for the warning that drops it
@@ -40,7 +44,7 @@ class TcpStoreServer {
   uint16_t port_ = 0;
   int wake_[2] = {-1, -1};  // a pipe: the destructor writes to stop poll()
   std::map<int, Client> clients_;
-  std::vector<int> dropped_;  // clients a reply to failed, removed after the current read
+  std::set<int> dropped_;  // clients a reply to failed, removed after the current read
   StoreTable table_;
   std::thread thread_;
 };

@@ -18,6 +18,9 @@ shift || true
 build=build/fuzz
 out=${FUZZ_OUT:-$build/runs}
 jobs=${FUZZ_JOBS:-2}
+positive() { [[ $2 =~ ^[0-9]+$ && $2 -gt 0 ]] || { echo "fuzz: $1 must be a positive whole number, got '$2'" >&2; exit 2; }; }
+positive SECONDS "$seconds"
+positive FUZZ_JOBS "$jobs"
 if (($# > 0)); then
   targets=("$@")
 else
@@ -39,8 +42,10 @@ run_one() {
   fi
 }
 
-for target in "${targets[@]}"; do
+for target in "${targets[@]}"; do  # every target checked before any starts
   [[ -x $build/tests/fuzz/$target ]] || { echo "fuzz: $build/tests/fuzz/$target is not built" >&2; exit 2; }
+done
+for target in "${targets[@]}"; do
   rm -f "$out/$target/rc"
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
   run_one "$target" &
@@ -52,14 +57,15 @@ printf '%-18s %8s %12s %8s %8s %8s %8s  %s\n' target seconds executions exec/s c
 for target in "${targets[@]}"; do
   log=$out/$target/log
   rc=$(cat "$out/$target/rc" 2>/dev/null || echo missing)
-  execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo 0)
-  last=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
+  # A target that died at start-up (or on a seed) leaves no status lines: dashes, not an exit here.
+  execs=$(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log" 2>/dev/null | grep -oE '[0-9]+$' || echo 0)
+  last=$(grep -E '^#[0-9]+' "$log" 2>/dev/null | tail -n 1 || true)
   cov=$(grep -oE 'cov: [0-9]+' <<< "$last" | grep -oE '[0-9]+' || echo -)
   ft=$(grep -oE 'ft: [0-9]+' <<< "$last" | grep -oE '[0-9]+' || echo -)
   corpus=$(grep -oE 'corp: [0-9]+' <<< "$last" | grep -oE '[0-9]+' || echo -)
   result=ok
   if [[ $rc != 0 ]]; then
-    result="FAILED (rc $rc): $(grep -m1 -E 'ERROR: |runtime error|==ERROR|deadly signal|timeout' "$log" || true)"
+    result="FAILED (rc $rc): $(grep -m1 -E 'ERROR: |runtime error|==ERROR|deadly signal|timeout' "$log" 2>/dev/null || true)"
     failed=1
   fi
   printf '%-18s %8s %12s %8s %8s %8s %8s  %s\n' "$target" "$seconds" "$execs" "$((execs / seconds))" "$cov" "$ft" \
@@ -68,7 +74,7 @@ done
 if ((failed)); then
   echo "fuzz: a target failed; its log and the input are under $out/<target>/" >&2
   for target in "${targets[@]}"; do
-    [[ $(cat "$out/$target/rc" 2>/dev/null) == 0 ]] || { echo "--- $target"; tail -n 40 "$out/$target/log"; }
+    [[ $(cat "$out/$target/rc" 2>/dev/null) == 0 ]] || { echo "--- $target"; tail -n 40 "$out/$target/log" 2>/dev/null; }
   done
   exit 1
 fi

@@ -137,6 +137,21 @@ TEST(StoreProtocol, TableAnswersWaitsWhenTheirLastKeyIsSetAndRefusesBadAdds) {
   EXPECT_EQ(table.parked(), 0u);
 }
 
+TEST(StoreProtocol, OneClientCannotMakeTheTableHoldUnboundedKeysOrWaits) {
+  std::vector<uint8_t> many = keys_request(StoreOp::wait, {});
+  const int64_t count = kMaxStoreKeys + 1;
+  for (int i = 0; i < 8; ++i) many[1 + i] = static_cast<uint8_t>(static_cast<uint64_t>(count) >> (8 * i));
+  many.resize(many.size() + 8 * static_cast<size_t>(count), 0);  // that many empty keys
+  EXPECT_NABLA_ERROR(parse_store_request(many), "names 65537 keys; the limit is 65536");
+  StoreTable table;
+  for (size_t i = 0; i < kMaxParkedPerClient; ++i) {
+    (void)table.apply(7, parse_store_request(keys_request(StoreOp::wait, {"k" + std::to_string(i)})));
+  }
+  EXPECT_NABLA_ERROR(table.apply(7, parse_store_request(keys_request(StoreOp::wait, {"one more"}))),
+                     "already has 1024 requests waiting");
+  EXPECT_TRUE(table.apply(8, parse_store_request(keys_request(StoreOp::wait, {"other"}))).empty());  // others may
+}
+
 TEST(StoreProtocol, FuzzBodyReturnsOrThrowsOnMutatedStreams) {
   const std::string valid = fuzz::store_fuzz_seed();
   auto run = [](const std::string& bytes) {

@@ -1,5 +1,5 @@
 // The body shared by the libFuzzer target (checkpoint_fuzz.cpp) and the corpus test that runs in
-// CI (tests/train/checkpoint_fuzz_test.cpp): bytes as a training checkpoint, one safetensors file
+// CI (tests/optim/checkpoint_fuzz_test.cpp): bytes as a training checkpoint, one safetensors file
 // whose entries are prefixed by the part they restore, as nabla-train writes them (model.,
 // optimizer., scheduler., scaler., ema.; here also sgd. for a second optimizer kind). Every part
 // loads what the file holds, then trains one step from it and saves again, so a malformed

@@ -1,5 +1,5 @@
 // The body shared by the libFuzzer target (cifar_fuzz.cpp) and the corpus test that runs in CI
-// (tests/data/cifar_test.cpp): the first byte picks the variant (bit 0: CIFAR-100, bit 1: coarse
+// (tests/data/datasets_test.cpp): the first byte picks the variant (bit 0: CIFAR-100, bit 1: coarse
 // labels), the rest is a CIFAR binary file; every record read back is loaded and described. A
 // nabla::Error (DataError) is the only acceptable failure; anything else is a bug.
 #pragma once

@@ -1,5 +1,5 @@
-// libFuzzer target for the IDX reader (raw and gzip). Built only with -DNABLA_FUZZ=ON and clang;
-// see docs/user-guide.md ("Fuzzing the safetensors reader"; the same steps apply with idx_fuzz).
+// libFuzzer target for the IDX reader (raw and gzip): see idx_fuzz_body.h, and docs/fuzzing.md
+// for how to build and run it (the `fuzz` preset, scripts/fuzz/run.sh).
 #include <cstddef>
 #include <cstdint>
 

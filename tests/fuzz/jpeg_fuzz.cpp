@@ -1,7 +1,6 @@
-// libFuzzer target for the JPEG/PNG image path (decode + crop). Built only with -DNABLA_FUZZ=ON
-// and clang; run it like safetensors_fuzz (docs/user-guide.md), e.g. with a few JPEGs from
-// tools/make_jpeg_set.py as the seed corpus:
-//   build-fuzz/tests/fuzz/jpeg_fuzz -max_len=65536 -timeout=10 corpus/
+// libFuzzer target for the JPEG/PNG image path (decode + crop): see jpeg_fuzz_body.h, and
+// docs/fuzzing.md for how to build and run it (the `fuzz` preset, scripts/fuzz/run.sh; the seeds
+// come from tests/fuzz/make_image_seeds.py).
 #include <cstddef>
 #include <cstdint>
 

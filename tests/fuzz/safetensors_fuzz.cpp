@@ -1,5 +1,5 @@
-// libFuzzer target for the safetensors parser. Built only with -DNABLA_FUZZ=ON and clang; see
-// docs/user-guide.md ("Fuzzing the safetensors reader") for how to run it.
+// libFuzzer target for the safetensors parser: see safetensors_fuzz_body.h, and docs/fuzzing.md
+// for how to build and run it (the `fuzz` preset, scripts/fuzz/run.sh).
 #include <cstddef>
 #include <cstdint>
 

@@ -409,6 +409,7 @@ TEST(OptimStateDict, MalformedCheckpointEntriesAreRefusedAndChangeNothing) {
   refused("state.0.0.step", scalar(-1), "a count must be a whole number");
   refused("step", scalar(1.5), "a count must be a whole number");
   refused("param_groups.0.lr", scalar(std::nan("")), "must be finite");
+  refused("param_groups.0.momentum", scalar(-0.9), "must be finite and >= 0");
   refused("state.x.0.exp_avg", zeros({3, 4}, {.dtype = kFloat64}), "malformed key 'state.x.0.exp_avg'");
   refused("state.0.0.exp_avg_sq", Tensor(), "has state but no 'exp_avg_sq'");
 }
