@@ -1,16 +1,34 @@
 // CPU kernels that create values: fill, copy with dtype conversion, arange, random numbers.
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "nabla/core/philox.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/loops.h"
 
 namespace nabla::ops::cpu {
+namespace {
+
+// A value converted to Out for every input, as CUDA's conversion instructions do it: NaN becomes 0
+// and a floating value beyond an integer type's range becomes its nearest bound (C++ leaves both
+// undefined, and a damaged checkpoint or a user's tensor can hold them).
+template <typename Out, typename V>
+Out convert_to(V v) {
+  if constexpr (std::is_integral_v<Out> && !std::is_same_v<Out, bool> && std::is_floating_point_v<V>) {
+    if (std::isnan(v)) return Out(0);
+    if (v >= static_cast<V>(std::numeric_limits<Out>::max())) return std::numeric_limits<Out>::max();
+    if (v <= static_cast<V>(std::numeric_limits<Out>::min())) return std::numeric_limits<Out>::min();
+  }
+  return static_cast<Out>(static_cast<compute_t<Out>>(v));
+}
+
+}  // namespace
 
 void fill(const Tensor& out, double value) {
   dispatch(out.dtype(), "fill", [&]<typename T>() {
-    const T v = static_cast<T>(static_cast<compute_t<T>>(value));
+    const T v = convert_to<T>(value);
     auto plan = make_plan<1>({&out});
     for_each_row<1>(plan, [&](std::array<char*, 1> p, int64_t n, const std::array<int64_t, 1>& s) {
       for (int64_t i = 0; i < n; ++i) *reinterpret_cast<T*>(p[0] + i * s[0]) = v;
@@ -32,7 +50,7 @@ void copy(const Tensor& src, const Tensor& dst) {
           if constexpr (std::is_same_v<Out, bool>) {
             *reinterpret_cast<Out*>(p[0] + i * s[0]) = v != compute_t<In>(0);
           } else {
-            *reinterpret_cast<Out*>(p[0] + i * s[0]) = static_cast<Out>(static_cast<compute_t<Out>>(v));
+            *reinterpret_cast<Out*>(p[0] + i * s[0]) = convert_to<Out>(v);
           }
         }
       });

@@ -1,4 +1,6 @@
 #include <cmath>
+#include <limits>
+#include <vector>
 
 #include "test_util.h"
 
@@ -80,6 +82,24 @@ TEST(Factory, TensorFromVectorAndFromBlobShareOrCopyAsDocumented) {
 
 TEST(Factory, EmptyRejectsNegativeSizes) {
   EXPECT_NABLA_ERROR(empty({2, -1}), "negative size", "[2, -1]");
+}
+
+// Found by checkpoint_fuzz: a float64 value of 1.5e243 copied into an int64 buffer (a BatchNorm
+// counter) was an undefined conversion. Floating values now convert to integers as CUDA's
+// instructions do: NaN to 0, beyond the range to the nearest bound, otherwise toward zero.
+TEST(Factory, FloatToIntegerConversionsSaturateAndTakeNanToZero) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x = tensor<double>({std::nan(""), 1.5e243, -1e300, 3.7, -2.5, inf, -inf}, {7});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max(), kMin = std::numeric_limits<int64_t>::min();
+  EXPECT_EQ(x.to(kInt64).to_vector<int64_t>(), (std::vector<int64_t>{0, kMax, kMin, 3, -2, kMax, kMin}));
+  EXPECT_EQ(x.to(kInt32).to(kInt64).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, INT32_MAX, INT32_MIN, 3, -2, INT32_MAX, INT32_MIN}));
+  EXPECT_EQ(x.to(kUInt8).to(kInt64).to_vector<int64_t>(), (std::vector<int64_t>{0, 255, 0, 3, 0, 255, 0}));
+  EXPECT_EQ(x.to(kFloat16).to(kInt32).to(kInt64).to_vector<int64_t>(),  // through half: +-inf
+            (std::vector<int64_t>{0, INT32_MAX, INT32_MIN, 3, -2, INT32_MAX, INT32_MIN}));
+  EXPECT_EQ(full({2}, std::nan(""), {.dtype = kInt64}).to_vector<int64_t>(), (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(full({1}, 1e30, {.dtype = kInt32}).to(kInt64).to_vector<int64_t>(),
+            (std::vector<int64_t>{INT32_MAX}));
 }
 
 }  // namespace
