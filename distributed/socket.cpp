@@ -169,17 +169,7 @@ std::string peer_name(const Socket& socket) {
 }
 
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload) {
-  std::vector<uint8_t> frame(4 + payload.size());
-  auto n = static_cast<uint32_t>(payload.size());
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<uint8_t>(n >> (8 * i));
-  std::memcpy(frame.data() + 4, payload.data(), payload.size());
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t k = ::send(socket.fd(), frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) throw StoreConnectError("store: connection lost while sending: " + system_error(errno));
-    sent += static_cast<size_t>(k);
-  }
+  send_frame(socket, payload, Clock::time_point::max());  // no deadline: waits as long as the peer lives
 }
 
 void send_frame(const Socket& socket, const std::vector<uint8_t>& payload, Clock::time_point deadline) {

@@ -149,7 +149,8 @@ TEST(StoreProtocol, OneClientCannotMakeTheTableHoldUnboundedKeysOrWaits) {
   }
   EXPECT_NABLA_ERROR(table.apply(7, parse_store_request(keys_request(StoreOp::wait, {"one more"}))),
                      "already has 1024 requests waiting");
-  EXPECT_TRUE(table.apply(8, parse_store_request(keys_request(StoreOp::wait, {"other"}))).empty());  // others may
+  EXPECT_TRUE(
+      table.apply(8, parse_store_request(keys_request(StoreOp::wait, {"other"}))).empty());  // others may
 }
 
 TEST(StoreProtocol, FuzzBodyReturnsOrThrowsOnMutatedStreams) {
