@@ -21,6 +21,7 @@
 #include "nabla/ops/cuda/elementwise/kernels.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
+#include "nabla/ops/fusion/recompute.h"
 #include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/reduce.h"
 #include "nabla/ops/view.h"
@@ -142,6 +143,7 @@ void copy_many(const TensorList& dsts, const TensorList& srcs) {
     ops::check_defined("copy_many", src, "src");
     NABLA_CHECK(!dst.requires_grad(),
                 "copy_many: destination {} requires grad; copy_many records no autograd", i);
+    ops::fusion::before_inplace_write(dst);
     if (dst.is_cuda() && src.device() == dst.device() && same_dense_layout(dst, src)) {
       if (dst.numel() > 0)
         batched[dst.device().index].push_back({dst.data_ptr(), src.data_ptr(), dst.nbytes()});

@@ -23,17 +23,18 @@
 namespace nabla {
 
 struct FusionStats {
-  int flushes = 0;           // times held ops were run
-  int recorded_ops = 0;      // ops recorded
-  int fused_kernels = 0;     // generated kernels launched
-  int fused_ops = 0;         // ops those kernels computed
-  int fused_reductions = 0;  // sums and means computed in the kernel of their input
-  int eager_ops = 0;         // recorded ops run by their own kernels (alone, or not fusible)
-  int fallbacks = 0;         // fused groups run unfused because their kernel could not be had
-  int dead_ops = 0;          // recorded ops whose results nothing read: never run
-  int compiled = 0;          // kernel programs compiled with NVRTC (a cold cache)
-  int from_disk = 0;         // kernel programs read from the disk cache
-  double compile_s = 0;      // seconds spent compiling
+  int flushes = 0;            // times held ops were run
+  int recorded_ops = 0;       // ops recorded
+  int fused_kernels = 0;      // generated kernels launched
+  int fused_ops = 0;          // ops those kernels computed
+  int fused_reductions = 0;   // sums and means computed in the kernel of their input
+  int eager_ops = 0;          // recorded ops run by their own kernels (alone, or not fusible)
+  int fallbacks = 0;          // fused groups run unfused because their kernel could not be had
+  int dead_ops = 0;           // recorded ops whose results nothing read: never run
+  int recomputed_values = 0;  // saved values kept as the ops computing them, run again in the backward
+  int compiled = 0;           // kernel programs compiled with NVRTC (a cold cache)
+  int from_disk = 0;          // kernel programs read from the disk cache
+  double compile_s = 0;       // seconds spent compiling
 };
 
 // What NABLA_FUSION says: false for "0", "off" or "false" (every scope is then inert), true for

@@ -35,6 +35,12 @@ SavedTensor::SavedTensor(const Tensor& t) {
   }
 }
 
+SavedTensor::SavedTensor(const Tensor& t, std::shared_ptr<const Recompute> recompute) : SavedTensor(t) {
+  if (!recompute || !t.defined()) return;
+  recompute_ = std::move(recompute);
+  data_ = Tensor();  // the buffer is let go: nobody may need to write it
+}
+
 void SavedTensor::set_output_of(const std::shared_ptr<Node>& node, uint32_t output_nr) {
   requires_grad_ = true;
   leaf_.reset();
@@ -45,6 +51,7 @@ void SavedTensor::set_output_of(const std::shared_ptr<Node>& node, uint32_t outp
 
 void SavedTensor::reset() {
   data_ = Tensor();
+  recompute_.reset();
   grad_fn_.reset();
   released_ = true;
 }
@@ -55,6 +62,7 @@ Tensor SavedTensor::unpack(const std::string& node_name, size_t index) const {
       "{}: trying to run backward through this part of the graph a second time, but its saved tensors "
       "were freed by the first backward; pass retain_graph=true to the first backward() to keep them",
       node_name);
+  if (recompute_) return with_history(recompute_->run(node_name, index));
   if (!data_.defined()) return data_;
   NABLA_CHECK(
       data_.version() == saved_version_,
@@ -62,17 +70,21 @@ Tensor SavedTensor::unpack(const std::string& node_name, size_t index) const {
       "(version {} when saved, {} now); the gradient would be wrong. Use an out-of-place op, or clone() "
       "the tensor before modifying it",
       node_name, index, describe(data_), saved_version_, data_.version());
+  return with_history(data_);
+}
+
+Tensor SavedTensor::with_history(const Tensor& data) const {
   // Without grad mode (the usual backward) the plain data is all the formulas need.
-  if (!GradMode::is_enabled() || !requires_grad_) return data_;
+  if (!GradMode::is_enabled() || !requires_grad_) return data;
   if (auto leaf = leaf_.lock()) return Tensor(leaf);
   std::shared_ptr<Node> fn = grad_fn_ ? grad_fn_ : output_node_.lock();
-  if (!fn) return data_;
-  Tensor with_history = data_.detach();
-  auto& meta = with_history.impl()->autograd_meta();
+  if (!fn) return data;
+  Tensor result = data.detach();
+  auto& meta = result.impl()->autograd_meta();
   meta.requires_grad = true;
   meta.grad_fn = std::move(fn);
   meta.output_nr = output_nr_;
-  return with_history;
+  return result;
 }
 
 }  // namespace autograd

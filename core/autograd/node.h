@@ -46,6 +46,19 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::pair<uint32_t, std::function<Tensor(const Tensor&)>>> pre_hooks;
 };
 
+// Note [Recomputed saved values] (ops/fusion/recompute.cpp): in a compiled step a saved pointwise
+// value may be kept as the ops that compute it from other tensors instead of its buffer;
+// unpacking runs them again.
+class Recompute : public std::enable_shared_from_this<Recompute> {
+ public:
+  Recompute() = default;
+  virtual ~Recompute() = default;
+  Recompute(const Recompute&) = delete;
+  Recompute& operator=(const Recompute&) = delete;
+  // The value, computed again; `node_name` and `index` name it in errors.
+  virtual Tensor run(const std::string& node_name, size_t index) const = 0;
+};
+
 // A tensor saved for backward. It keeps a detached alias of the data and the storage version at
 // save time; unpack() fails loudly if the memory changed since. For create_graph (higher-order
 // gradients) it also remembers where the tensor came from, so that unpacking under grad mode
@@ -56,15 +69,21 @@ class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t);
+  // Saved as `recompute` (when not null) instead of t's buffer; t gives the rest (its history).
+  SavedTensor(const Tensor& t, std::shared_ptr<const Recompute> recompute);
   // Marks this as output `output_nr` of `node` (called by the node that saved it).
   void set_output_of(const std::shared_ptr<Node>& node, uint32_t output_nr);
   // `node_name` and `index` go into the error message if the tensor was modified in place.
   Tensor unpack(const std::string& node_name, size_t index) const;
   void reset();
-  bool defined() const { return data_.defined(); }
+  bool defined() const { return data_.defined() || recompute_ != nullptr; }
 
  private:
+  // `data` as unpack gives it: with its history when grad mode is on (create_graph).
+  Tensor with_history(const Tensor& data) const;
+
   Tensor data_;
+  std::shared_ptr<const Recompute> recompute_;
   uint32_t saved_version_ = 0;
   bool released_ = false;
   bool requires_grad_ = false;

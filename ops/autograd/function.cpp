@@ -5,6 +5,7 @@
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recompute.h"
 
 namespace nabla::autograd {
 
@@ -40,7 +41,9 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
             BackwardFn backward) {
   std::vector<SavedTensor> saved;
   saved.reserve(save.size());
-  for (const auto& t : save) saved.emplace_back(t);
+  // In a compiled step a saved pointwise value may be kept as its recipe (Note [Recomputed saved
+  // values] in ops/fusion/recompute.cpp).
+  for (const auto& t : save) saved.emplace_back(t, ops::fusion::recompute_for_backward(t));
   std::vector<bool> needs(inputs.size());
   std::vector<TensorMeta> input_meta(inputs.size()), output_meta(outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -74,6 +77,7 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
 }
 
 void check_inplace(const Tensor& self, const char* op) {
+  ops::fusion::before_inplace_write(self);  // recipes reading self keep their value first
   if (!GradMode::is_enabled() || !self.requires_grad()) return;
   NABLA_CHECK(!self.is_leaf(),
               "{}: a leaf tensor that requires grad ({}) cannot be modified in place while grad mode is on; "

@@ -11,6 +11,7 @@
 #include "nabla/ops/cuda/fusion/executor.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/fusion/compile.h"
+#include "nabla/ops/fusion/recompute.h"
 
 namespace nabla::ops::fusion {
 
@@ -204,6 +205,50 @@ bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
   return true;
 }
 
+Tensor Recorder::tensor_of(int v) const {
+  const Slot& slot = slots_.at(static_cast<size_t>(v));
+  if (slot.tensor.defined()) return slot.tensor;
+  if (std::shared_ptr<TensorImpl> impl = slot.impl.lock()) return Tensor(std::move(impl)).detach();
+  std::shared_ptr<Storage> storage = slot.storage.lock();
+  if (!storage) return {};
+  const Value& value = region_.value(v);
+  return Tensor(
+      std::make_shared<TensorImpl>(std::move(storage), slot.offset, value.sizes, value.strides, value.dtype));
+}
+
+std::shared_ptr<const autograd::Recompute> Recorder::recompute(const Tensor& t) {
+  if (flushing_ || !t.defined()) return nullptr;
+  const int v = result_of(t);
+  if (v < 0) return nullptr;
+  if (kept_.count(v) != 0 || region_.value(v).producer < 0) {
+    kept_.insert(v);
+    return nullptr;
+  }
+  if (const auto it = recipes_.find(v); it != recipes_.end()) {
+    if (auto recipe = it->second.lock()) return recipe;
+  }
+  const KeepCost keep_cost = [&](int u) -> std::optional<int64_t> {
+    if (kept_.count(u) != 0) return 0;
+    const Slot& slot = slots_[static_cast<size_t>(u)];
+    if (!slot.tensor.defined() && slot.storage.expired()) return std::nullopt;
+    return footprint(region_.value(u));
+  };
+  std::optional<RecomputePlan> plan = plan_recompute(region_, v, keep_cost);
+  if (!plan) {
+    kept_.insert(v);
+    return nullptr;
+  }
+  std::vector<Tensor> leaves;
+  for (int leaf : plan->leaves) {
+    leaves.push_back(tensor_of(leaf));
+    kept_.insert(leaf);
+  }
+  auto recipe = make_recompute(std::move(*plan), std::move(leaves));
+  recipes_[v] = recipe;
+  ++stats_.recomputed_values;
+  return recipe;
+}
+
 void Recorder::flush() {
   if (flushing_ || region_.empty()) return;
   flushing_ = true;
@@ -216,6 +261,8 @@ void Recorder::flush() {
       r.by_impl_.clear();
       r.by_storage_.clear();
       r.cats_.clear();
+      r.kept_.clear();
+      r.recipes_.clear();
       r.flushing_ = false;
     }
   } forget{*this};

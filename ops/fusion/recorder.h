@@ -4,9 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "nabla/core/autograd/node.h"
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/deferred.h"
 #include "nabla/core/tensor.h"
@@ -36,6 +38,10 @@ class Recorder final : public DeferredLaunches {
   // [Concatenation in place] in recorder.cpp). All pieces or none.
   bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 
+  // What autograd saves `t` as (Note [Recomputed saved values] in recompute.cpp): a recipe when
+  // t is a held result cheaper to compute again than to keep; null when t is kept as it is.
+  std::shared_ptr<const autograd::Recompute> recompute(const Tensor& t);
+
   // Plans what is held (a result someone still holds is live out), runs it, and forgets it.
   void flush() override;
 
@@ -48,6 +54,8 @@ class Recorder final : public DeferredLaunches {
   struct CatRecord;
   bool cast_pieces(const CatRecord& cat, const Tensor& out);
   int value_of(const Tensor& t);
+  // Value v's tensor, made again from its storage if only a view holds it; undefined when nothing does.
+  Tensor tensor_of(int v) const;
   void add(Op op, const Tensor& out);
 
   // Per value of region_: an input's tensor, held; a result's, watched (Note [Intermediates
@@ -69,6 +77,9 @@ class Recorder final : public DeferredLaunches {
     std::vector<std::pair<int, int64_t>> pieces;  // (value, offset along dim)
   };
   std::unordered_map<const TensorImpl*, CatRecord> cats_;
+  // Values autograd keeps anyway (saved as they are, or leaves of a recipe), and the recipes made.
+  std::set<int> kept_;
+  std::unordered_map<int, std::weak_ptr<const autograd::Recompute>> recipes_;
   Device device_ = Device::cpu();  // of every tensor held
   nabla::cuda::Stream stream_;     // the ops were recorded on
   bool flushing_ = false;

@@ -90,6 +90,7 @@ TEST(FusedStepCuda, APlainBlockTrainsToTheUnfusedStepsBits) {
   const FusionStats& captured = fused_step.capture_fusion();
   EXPECT_GT(warm.fused_kernels, 0);
   EXPECT_EQ(warm.fallbacks, 0);
+  EXPECT_GT(warm.recomputed_values, 0) << "RMSNorm's and SwiGLU's saved products are computed again";
   EXPECT_EQ(captured.fused_kernels, warm.fused_kernels) << "the capture fused what the warm-up did";
   EXPECT_EQ(captured.compiled + captured.from_disk, 0) << "the capture loaded kernels";
   EXPECT_EQ(plain_step.capture_fusion().recorded_ops, 0);

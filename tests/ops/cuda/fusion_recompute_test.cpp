@@ -1,0 +1,84 @@
+// Saved values computed again in the backward (Note [Recomputed saved values] in
+// ops/fusion/recompute.cpp), on the GPU: a norm and a gated activation run forward and backward in
+// a FusionScope give the eager gradients bit for bit, while the forward keeps less memory for the
+// backward; a leaf written in place between them does not change a gradient.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "nabla/core/cuda/memory.h"
+#include "nabla/nabla.h"
+#include "nabla/ops/fusion.h"
+#include "test_util.h"
+
+namespace nabla {
+namespace {
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  const Tensor ca = a.cpu().contiguous(), cb = b.cpu().contiguous();
+  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+}
+
+// RMSNorm of a bf16 x in float32, scaled, then y * silu(y): every saved value but x, the
+// statistic and w is pointwise.
+Tensor norm_gate(const Tensor& x, const Tensor& w) {
+  const Tensor xf = x.to(kFloat32);
+  const Tensor n = xf * rsqrt(mean(xf * xf, {-1}, true) + 1e-5);
+  const Tensor y = n * w;
+  return silu(y) * y;
+}
+
+struct Pass {
+  Tensor x, w, out;
+  size_t kept_bytes = 0;  // allocated after the forward, beyond the inputs
+  FusionStats stats;
+};
+
+Pass forward_backward(uint64_t seed, bool fuse, bool write_x_in_place) {
+  Pass run;
+  run.x = testing::random_input({16, 128, 512}, seed, kBFloat16).to(Device::cuda());
+  run.w = testing::random_input({512}, seed + 1, kFloat32).to(Device::cuda()).requires_grad_(true);
+  if (!write_x_in_place) run.x.requires_grad_(true);
+  cuda::synchronize();
+  const size_t before = cuda::memory_allocated();
+  FusionScope scope(fuse);
+  run.out = norm_gate(run.x, run.w);
+  scope.flush();
+  run.kept_bytes = cuda::memory_allocated() - before;
+  if (write_x_in_place) run.x.mul_(3.0);  // after the forward saved what it reads
+  run.out.sum().backward();
+  scope.flush();
+  run.stats = scope.stats();
+  return run;
+}
+
+TEST(FusionRecomputeCuda, SavedPointwiseValuesAreComputedAgainWithTheEagerGradients) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = std::random_device{}();
+  const Pass eager = forward_backward(seed, false, false);
+  const Pass fused = forward_backward(seed, true, false);
+  if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
+  EXPECT_GT(fused.stats.recomputed_values, 0);
+  EXPECT_TRUE(same_bytes(fused.out, eager.out)) << "seed " << seed;
+  EXPECT_TRUE(same_bytes(fused.x.grad(), eager.x.grad())) << "seed " << seed;
+  EXPECT_TRUE(same_bytes(fused.w.grad(), eager.w.grad())) << "seed " << seed;
+  // Eager mode keeps x in float32, x * rstd, y and silu(y) (float32, each as large as x) for the
+  // backward; the fused forward keeps x, rstd and w, and computes the four again.
+  const size_t value = static_cast<size_t>(eager.x.numel()) * 4;
+  EXPECT_LE(fused.kept_bytes + 3 * value, eager.kept_bytes + value / 8)
+      << "fused forward kept " << fused.kept_bytes << " bytes, eager " << eager.kept_bytes;
+}
+
+TEST(FusionRecomputeCuda, ALeafWrittenInPlaceBeforeTheBackwardChangesNoGradient) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = std::random_device{}();
+  const Pass eager = forward_backward(seed, false, true);
+  const Pass fused = forward_backward(seed, true, true);
+  if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
+  EXPECT_GT(fused.stats.recomputed_values, 0);
+  EXPECT_TRUE(same_bytes(fused.w.grad(), eager.w.grad())) << "seed " << seed;
+}
+
+}  // namespace
+}  // namespace nabla
