@@ -182,10 +182,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward(BinaryOp::Mul, a, b, "mul");
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("MulBackward", {a, b}, {y}, {a, b}, [sa, sb](BackwardContext& c) {
-      return TensorList{c.needs(0) ? sum_to(c.grad() * c.saved[1], sa) : Tensor(),
-                        c.needs(1) ? sum_to(c.grad() * c.saved[0], sb) : Tensor()};
-    });
+    // Each operand is saved for the other's gradient only (as PyTorch does): rotary embedding's
+    // `q * cos` keeps cos, not q.
+    autograd::record("MulBackward", {a, b}, {y},
+                     {b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor()},
+                     [sa, sb](BackwardContext& c) {
+                       return TensorList{c.needs(0) ? sum_to(c.grad() * c.saved[1], sa) : Tensor(),
+                                         c.needs(1) ? sum_to(c.grad() * c.saved[0], sb) : Tensor()};
+                     });
   }
   return y;
 }
@@ -194,11 +198,12 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward(BinaryOp::Div, a, b, "div");
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("DivBackward", {a, b}, {y}, {a, b}, [sa, sb](BackwardContext& c) {
-      const Tensor &x = c.saved[0], &d = c.saved[1];
-      return TensorList{c.needs(0) ? sum_to(c.grad() / d, sa) : Tensor(),
-                        c.needs(1) ? sum_to(-c.grad() * x / (d * d), sb) : Tensor()};
-    });
+    autograd::record("DivBackward", {a, b}, {y}, {b.requires_grad() ? a : Tensor(), b},
+                     [sa, sb](BackwardContext& c) {
+                       const Tensor &x = c.saved[0], &d = c.saved[1];
+                       return TensorList{c.needs(0) ? sum_to(c.grad() / d, sa) : Tensor(),
+                                         c.needs(1) ? sum_to(-c.grad() * x / (d * d), sb) : Tensor()};
+                     });
   }
   return y;
 }

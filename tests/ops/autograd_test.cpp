@@ -19,6 +19,29 @@ TEST(Autograd, SharedSubexpressionsSumTheirGradients) {
   EXPECT_TRUE(all_close(x.grad(), expected, 1e-12));
 }
 
+TEST(Autograd, AProductKeepsOnlyTheOperandTheOtherGradientNeeds) {
+  // a * c with c constant saves c, not a (as PyTorch): a may then change in place before the
+  // backward. a / c likewise; a * b with both requiring grad keeps both, and says so.
+  Tensor p = random_input({6}, test_seed(), kFloat64, true);
+  const Tensor c = random_input({6}, test_seed() + 1, kFloat64);
+  Tensor a = p * 2.0;
+  Tensor y = a * c + a / c;
+  a.add_(1.0);
+  y.sum().backward();
+  EXPECT_TRUE(all_close(p.grad(), 2.0 * (c + 1.0 / c), 1e-12));
+
+  Tensor q = random_input({6}, test_seed() + 2, kFloat64, true);
+  Tensor b = q * 3.0;
+  Tensor z = b * p;
+  b.add_(1.0);
+  try {
+    z.sum().backward();
+    FAIL() << "a saved operand changed in place and the backward ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MulBackward"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Autograd, LeafGradientsAccumulateAcrossBackwardCalls) {
   Tensor x = random_input({3}, test_seed(), kFloat64, true);
   (x * 2.0).sum().backward();
