@@ -42,12 +42,13 @@ Recorder::~Recorder() {
   }
 }
 
-// The value `t` is, if it is a held result and still the very tensor recorded (an address can be
-// reused once the recorded tensor is gone); -1 otherwise.
-int Recorder::result_of(const Tensor& t) const {
-  const auto it = by_impl_.find(t.impl());
-  if (it == by_impl_.end()) return -1;
-  const Slot& slot = slots_[static_cast<size_t>(it->second)];
+// The value `t` is, if it is still the very tensor recorded (an address can be reused once the
+// recorded tensor is gone); -1 otherwise.
+int Recorder::find_value(const std::unordered_map<const TensorImpl*, int>& by_impl,
+                         const std::vector<Slot>& slots, const Tensor& t) {
+  const auto it = by_impl.find(t.impl());
+  if (it == by_impl.end()) return -1;
+  const Slot& slot = slots[static_cast<size_t>(it->second)];
   if (slot.tensor.defined()) return slot.tensor.impl() == t.impl() ? it->second : -1;
   return slot.impl.lock().get() == t.impl() ? it->second : -1;
 }
@@ -205,46 +206,62 @@ bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
   return true;
 }
 
-Tensor Recorder::tensor_of(int v) const {
-  const Slot& slot = slots_.at(static_cast<size_t>(v));
+// Value v's tensor (detached), made again over its storage if only a view holds it; undefined
+// when nothing does.
+Tensor Recorder::tensor_in(const Region& region, const std::vector<Slot>& slots, int v) {
+  const Slot& slot = slots.at(static_cast<size_t>(v));
   if (slot.tensor.defined()) return slot.tensor;
   if (std::shared_ptr<TensorImpl> impl = slot.impl.lock()) return Tensor(std::move(impl)).detach();
   std::shared_ptr<Storage> storage = slot.storage.lock();
   if (!storage) return {};
-  const Value& value = region_.value(v);
+  const Value& value = region.value(v);
   return Tensor(
       std::make_shared<TensorImpl>(std::move(storage), slot.offset, value.sizes, value.strides, value.dtype));
 }
 
 std::shared_ptr<const autograd::Recompute> Recorder::recompute(const Tensor& t) {
   if (flushing_ || !t.defined()) return nullptr;
-  const int v = result_of(t);
-  if (v < 0) return nullptr;
-  if (kept_.count(v) != 0 || region_.value(v).producer < 0) {
-    kept_.insert(v);
+  if (const int v = result_of(t); v >= 0) return recompute_value(region_, slots_, kept_, recipes_, v, false);
+  if (const int v = find_value(previous_.by_impl, previous_.slots, t); v >= 0) {
+    // Written in place since the flush, it is no longer what the region computed.
+    if (t.version() != previous_.slots[static_cast<size_t>(v)].version) return nullptr;
+    return recompute_value(previous_.region, previous_.slots, previous_.kept, previous_.recipes, v, true);
+  }
+  return nullptr;
+}
+
+std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Region& region,
+                                                                     const std::vector<Slot>& slots,
+                                                                     std::set<int>& kept, Recipes& recipes,
+                                                                     int v, bool flushed) {
+  if (kept.count(v) != 0 || region.value(v).producer < 0) {
+    kept.insert(v);
     return nullptr;
   }
-  if (const auto it = recipes_.find(v); it != recipes_.end()) {
+  if (const auto it = recipes.find(v); it != recipes.end()) {
     if (auto recipe = it->second.lock()) return recipe;
   }
   const KeepCost keep_cost = [&](int u) -> std::optional<int64_t> {
-    if (kept_.count(u) != 0) return 0;
-    const Slot& slot = slots_[static_cast<size_t>(u)];
-    if (!slot.tensor.defined() && slot.storage.expired()) return std::nullopt;
-    return footprint(region_.value(u));
+    if (kept.count(u) != 0) return 0;
+    const Slot& slot = slots[static_cast<size_t>(u)];
+    if (slot.tensor.defined()) return footprint(region.value(u));
+    const std::shared_ptr<Storage> storage = slot.storage.lock();
+    // A flushed region's value must still hold what the region computed.
+    if (!storage || (flushed && storage->version() != slot.version)) return std::nullopt;
+    return footprint(region.value(u));
   };
-  std::optional<RecomputePlan> plan = plan_recompute(region_, v, keep_cost);
+  std::optional<RecomputePlan> plan = plan_recompute(region, v, keep_cost);
   if (!plan) {
-    kept_.insert(v);
+    kept.insert(v);
     return nullptr;
   }
   std::vector<Tensor> leaves;
   for (int leaf : plan->leaves) {
-    leaves.push_back(tensor_of(leaf));
-    kept_.insert(leaf);
+    leaves.push_back(tensor_in(region, slots, leaf));
+    kept.insert(leaf);
   }
   auto recipe = make_recompute(std::move(*plan), std::move(leaves));
-  recipes_[v] = recipe;
+  recipes[v] = recipe;
   ++stats_.recomputed_values;
   return recipe;
 }
@@ -292,6 +309,7 @@ void Recorder::flush() {
         const nabla::cuda::StreamGuard on(stream_);
         return ops::cuda::fusion::run_region(region_, *compiled, tensors, device_);
       });
+  remember_flushed();
   ++stats_.flushes;
   stats_.fused_kernels += counts.fused_kernels;
   stats_.fused_ops += counts.fused_ops;
@@ -302,6 +320,24 @@ void Recorder::flush() {
   stats_.compiled += counts.compiled;
   stats_.from_disk += counts.from_disk;
   stats_.compile_s += counts.compile_s;
+}
+
+// The region just run becomes previous_: every value watched, with its storage's version now.
+void Recorder::remember_flushed() {
+  for (Slot& slot : slots_) {
+    if (slot.tensor.defined()) {
+      slot.impl = slot.tensor.impl_ptr();
+      slot.storage = slot.tensor.storage();
+      slot.offset = slot.tensor.storage_offset();
+      slot.tensor = Tensor();
+    }
+    if (const std::shared_ptr<Storage> storage = slot.storage.lock()) slot.version = storage->version();
+  }
+  previous_ = Flushed{.region = std::move(region_),
+                      .slots = std::move(slots_),
+                      .by_impl = std::move(by_impl_),
+                      .kept = std::move(kept_),
+                      .recipes = std::move(recipes_)};
 }
 
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out) {

@@ -49,23 +49,35 @@ class Recorder final : public DeferredLaunches {
 
  private:
   bool accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out);
-  int result_of(const Tensor& t) const;
+  int result_of(const Tensor& t) const { return find_value(by_impl_, slots_, t); }
   // A cast of a cat output recorded here: the casts of its pieces into the slots of `out`.
   struct CatRecord;
   bool cast_pieces(const CatRecord& cat, const Tensor& out);
+  void remember_flushed();
   int value_of(const Tensor& t);
-  // Value v's tensor, made again from its storage if only a view holds it; undefined when nothing does.
-  Tensor tensor_of(int v) const;
   void add(Op op, const Tensor& out);
 
   // Per value of region_: an input's tensor, held; a result's, watched (Note [Intermediates
-  // nobody holds]).
+  // nobody holds]). In previous_, every value is watched, with its storage's version at the flush.
   struct Slot {
     Tensor tensor{};
     std::weak_ptr<TensorImpl> impl{};
     std::weak_ptr<Storage> storage{};
     int64_t offset = 0;
+    uint32_t version = 0;
   };
+  using Recipes = std::unordered_map<int, std::weak_ptr<const autograd::Recompute>>;
+  // What recompute() knows of a region: values autograd keeps anyway (saved as they are, or
+  // leaves of a recipe), and the recipes made.
+  struct Flushed;
+  static int find_value(const std::unordered_map<const TensorImpl*, int>& by_impl,
+                        const std::vector<Slot>& slots, const Tensor& t);
+  static Tensor tensor_in(const Region& region, const std::vector<Slot>& slots, int v);
+  std::shared_ptr<const autograd::Recompute> recompute_value(const Region& region,
+                                                             const std::vector<Slot>& slots,
+                                                             std::set<int>& kept, Recipes& recipes, int v,
+                                                             bool flushed);
+
   Region region_;
   std::vector<Slot> slots_;
   std::unordered_map<const TensorImpl*, int> by_impl_;  // by tensor (checked against the slot)
@@ -77,9 +89,18 @@ class Recorder final : public DeferredLaunches {
     std::vector<std::pair<int, int64_t>> pieces;  // (value, offset along dim)
   };
   std::unordered_map<const TensorImpl*, CatRecord> cats_;
-  // Values autograd keeps anyway (saved as they are, or leaves of a recipe), and the recipes made.
   std::set<int> kept_;
-  std::unordered_map<int, std::weak_ptr<const autograd::Recompute>> recipes_;
+  Recipes recipes_;
+  // The region flushed last: a value it wrote that autograd saves afterwards (a matmul's input)
+  // may still be computed again from values kept anyway (Note [Recomputed saved values]).
+  struct Flushed {
+    Region region;
+    std::vector<Slot> slots;
+    std::unordered_map<const TensorImpl*, int> by_impl;
+    std::set<int> kept;
+    Recipes recipes;
+  };
+  Flushed previous_;
   Device device_ = Device::cpu();  // of every tensor held
   nabla::cuda::Stream stream_;     // the ops were recorded on
   bool flushing_ = false;

@@ -80,5 +80,50 @@ TEST(FusionRecomputeCuda, ALeafWrittenInPlaceBeforeTheBackwardChangesNoGradient)
   EXPECT_TRUE(same_bytes(fused.w.grad(), eager.w.grad())) << "seed " << seed;
 }
 
+TEST(FusionRecomputeCuda, AMatmulsGatedInputIsComputedAgainFromWhatTheGateKept) {
+  // SwiGLU: the down projection saves silu(g) * u, written for the matmul, after the flush that
+  // wrote it; it is kept as its recipe over g and u (saved by silu and mul anyway).
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = std::random_device{}();
+  struct Result {
+    std::vector<Tensor> grads;
+    size_t kept_bytes = 0;
+    FusionStats stats;
+  };
+  const auto pass = [&](bool fuse) {
+    const auto param = [&](Shape sizes, uint64_t s) {
+      return testing::random_input(sizes, seed + s, kBFloat16).to(Device::cuda()).requires_grad_(true);
+    };
+    Tensor x = param({2048, 256}, 0), w1 = param({1024, 256}, 1), w3 = param({1024, 256}, 2),
+           w2 = param({256, 1024}, 3);
+    cuda::synchronize();
+    const size_t before = cuda::memory_allocated();
+    FusionScope scope(fuse);
+    Tensor y;
+    {
+      const Tensor g = matmul(x, w1.t()), u = matmul(x, w3.t());
+      y = matmul(silu(g) * u, w2.t());
+    }
+    scope.flush();
+    Result r;
+    r.kept_bytes = cuda::memory_allocated() - before;
+    y.to(kFloat32).sum().backward();
+    scope.flush();
+    r.stats = scope.stats();
+    r.grads = {x.grad(), w1.grad(), w2.grad(), w3.grad()};
+    return r;
+  };
+  const Result eager = pass(false);
+  const Result fused = pass(true);
+  if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
+  for (size_t i = 0; i < eager.grads.size(); ++i) {
+    EXPECT_TRUE(same_bytes(fused.grads[i], eager.grads[i])) << "gradient " << i << ", seed " << seed;
+  }
+  // Eager mode keeps silu(g) and the product beside g and u; the fused forward keeps g and u.
+  const size_t value = size_t{2048} * 1024 * 2;
+  EXPECT_LE(fused.kept_bytes + 2 * value, eager.kept_bytes + value / 8)
+      << "fused forward kept " << fused.kept_bytes << " bytes, eager " << eager.kept_bytes;
+}
+
 }  // namespace
 }  // namespace nabla
