@@ -204,7 +204,12 @@ Tensor fused_cross_entropy(const Tensor& logits, const Tensor& t, const CrossEnt
                        const Tensor& xs = c.saved[0];
                        if (GradMode::is_enabled())
                          return TensorList{cross_entropy_grad_ops(c.grad(), xs, c.saved[1], o)};
-                       Tensor dx = Tensor::empty(xs.sizes(), xs.options());
+                       // Note [Gradient over the logits]: the logits are a language model's largest
+                       // tensor, and nothing reads them after this backward: held by nobody else, they
+                       // take their gradient in place (element by element in both kernels), as llm.c
+                       // does, and the step's peak loses one (N, C) buffer.
+                       const bool over = c.releases_saved && xs.storage().use_count() == 1;
+                       Tensor dx = over ? xs.detach() : Tensor::empty(xs.sizes(), xs.options());
                        const Tensor g = c.grad().contiguous();
                        ops::dispatch(
                            "cross_entropy_backward", xs,

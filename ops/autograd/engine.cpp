@@ -130,13 +130,17 @@ class GraphTask {
         };
         std::function<Tensor(size_t)>* outer = current_pending;
         current_pending = &pending;
+        const bool outer_releases = autograd::detail::t_releases_saved;
+        autograd::detail::t_releases_saved = release_saved;
         try {
           outputs = node->apply(std::move(inputs));
         } catch (...) {
           current_pending = outer;
+          autograd::detail::t_releases_saved = outer_releases;
           throw;
         }
         current_pending = outer;
+        autograd::detail::t_releases_saved = outer_releases;
       }
       if (release_saved) node->release_saved();
       send_outputs(node, std::move(outputs));

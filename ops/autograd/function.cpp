@@ -122,6 +122,7 @@ TensorList FunctionNode::apply(TensorList&& grads) {
 
   BackwardContext ctx;
   ctx.needs_input_grad = needs_input_grad_;
+  ctx.releases_saved = detail::t_releases_saved;
   // Ops with several outputs see zeros where no gradient flowed, so their lambdas stay simple.
   for (size_t i = 0; i < grads.size(); ++i) {
     if (!grads[i].defined() && i < outputs_.size() && outputs_[i].defined && is_floating(outputs_[i].dtype)) {

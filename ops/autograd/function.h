@@ -26,6 +26,9 @@ struct BackwardContext {
   TensorList grads;  // one per forward output (zeros where none flowed, for multi-output ops)
   TensorList saved;  // the tensors passed as `save`, version-checked
   std::vector<bool> needs_input_grad;
+  // The saved tensors are freed once the backward returns (no retain_graph, no create_graph): a
+  // formula may then write its result over a saved tensor nobody else holds.
+  bool releases_saved = false;
 
   const Tensor& grad(size_t i = 0) const { return grads[i]; }
   bool needs(size_t input) const { return needs_input_grad[input]; }

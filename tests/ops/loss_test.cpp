@@ -125,6 +125,38 @@ TEST(CrossEntropy, GradientsMatchFiniteDifferences) {
   }
 }
 
+TEST(CrossEntropy, TheGradientIsWrittenOverLogitsNobodyElseHolds) {
+  // Note [Gradient over the logits]: with the logits a temporary, their gradient reuses their
+  // buffer; held by the caller, or kept by retain_graph, they are left as they were. The
+  // gradients are those of the log-softmax composition either way.
+  const uint64_t seed = test_seed();
+  const Tensor target = randint(0, 7, {5}, {.dtype = kInt64});
+  const auto expected = [&](const Tensor& x) {
+    Tensor xr = x.detach().requires_grad_(true);
+    nll_loss(log_softmax(xr * 2.0, 1), target).backward();
+    return xr.grad();
+  };
+  for (const bool hold : {false, true}) {
+    for (const bool retain : {false, true}) {
+      Tensor x = random_input({5, 7}, seed, kFloat64, true);
+      Tensor logits = x * 2.0;
+      const void* buffer = logits.data_ptr();
+      const Tensor before = logits.detach().clone();
+      const void* grad_buffer = nullptr;
+      logits.register_hook([&](const Tensor& g) {
+        grad_buffer = g.data_ptr();
+        return Tensor();
+      });
+      Tensor loss = cross_entropy(logits, target);
+      if (!hold) logits = Tensor();
+      loss.backward({}, retain);
+      EXPECT_TRUE(all_close(x.grad(), expected(x), 1e-12)) << hold << retain;
+      EXPECT_EQ(grad_buffer == buffer, !hold && !retain) << "held " << hold << ", retain_graph " << retain;
+      if (hold) EXPECT_TRUE(all_close(logits, before, 0.0, 0.0));
+    }
+  }
+}
+
 TEST(CrossEntropy, IgnoredTargetsGetNoGradientAndAllIgnoredMeanIsNaN) {
   const Tensor x = random_input({4, 3}, test_seed(), kFloat64, true);
   const Tensor t = tensor<int64_t>({1, -100, 2, -100}, {4});

@@ -6,6 +6,12 @@
 
 namespace nabla::autograd {
 
+namespace detail {
+// Set by the engine while a node runs whose saved tensors it frees right after (no retain_graph):
+// the node's BackwardContext::releases_saved.
+inline thread_local bool t_releases_saved = false;
+}  // namespace detail
+
 struct TensorMeta {
   Shape sizes;
   DType dtype = kFloat32;

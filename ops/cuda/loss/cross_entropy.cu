@@ -113,9 +113,11 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kRowThreads)
-    backward_kernel(const opmath_t<T>* __restrict__ grad, const T* __restrict__ logits,
-                    const int64_t* __restrict__ target, const opmath_t<T>* __restrict__ lse,
-                    T* __restrict__ grad_logits, int64_t C, int64_t ignore_index, double smoothing) {
+    backward_kernel(const opmath_t<T>* __restrict__ grad, const T* logits, const int64_t* __restrict__ target,
+                    const opmath_t<T>* __restrict__ lse, T* grad_logits, int64_t C, int64_t ignore_index,
+                    double smoothing) {
+  // logits and grad_logits may be one buffer (Note [Gradient over the logits] in ops/loss.cpp):
+  // each thread reads a vector and then writes the same elements, and neither is __restrict__.
   using A = opmath_t<T>;
   const int64_t n = blockIdx.x;
   const int64_t t = target[n];
