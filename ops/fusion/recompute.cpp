@@ -104,8 +104,9 @@ std::optional<RecomputePlan> plan_recompute(const Region& region, int value, con
   for (int o : choice->ops) {  // ascending: program order
     Op op = region.op(o);
     for (int& a : op.args) a = local.at(a);
-    const Value& v = region.value(op.result);
-    local[op.result] = plan.region.add(std::move(op), v.dtype, v.sizes, v.strides);
+    const int result = op.result;
+    const Value& v = region.value(result);
+    local[result] = plan.region.add(std::move(op), v.dtype, v.sizes, v.strides);
   }
   NABLA_ASSERT(local.at(value) == static_cast<int>(plan.region.values().size()) - 1,
                "plan_recompute: the value is not the plan's last result");

@@ -13,7 +13,7 @@ namespace nabla::ops::fusion {
 namespace {
 
 // Keeping costs a value's bytes, or nothing for the values in `kept` (saved by other nodes).
-KeepCost keeping(const Region& r, std::set<int> kept) {
+KeepCost keeping(const Region& r, const std::set<int>& kept) {
   return [&r, kept](int v) -> std::optional<int64_t> {
     if (kept.count(v) != 0) return 0;
     return footprint(r.value(v));
