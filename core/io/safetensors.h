@@ -40,6 +40,10 @@ SafetensorsFile load_safetensors(const std::string& path, Device device = Device
 // Tensors a shard holds beyond the index's are left out. Metadata comes from the first shard.
 SafetensorsFile load_safetensors_checkpoint(const std::string& path, Device device = Device::cpu());
 
+// The tensor -> shard file map of a model.safetensors.index.json's text (`name` goes into errors):
+// every shard a plain file name beside the index.
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& name);
+
 // Parses an in-memory file image into CPU tensors. `name` goes into error messages. Used by
 // load_safetensors and by the fuzz target.
 SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& name = "<memory>");

@@ -16,35 +16,39 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kOp = "load_safetensors_checkpoint";
 
-// The shard file of every tensor the index names.
-std::map<std::string, std::string> weight_map(const fs::path& index) {
+// The index's text, from its file.
+std::string read_index(const fs::path& index) {
   std::ifstream in(index);
   NABLA_CHECK(in.good(), "{}: cannot open '{}'", kOp, index.string());
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json json;
-  try {
-    json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    NABLA_CHECK(false, "{}: '{}' is not JSON: {}", kOp, index.string(), e.what());
-  }
-  NABLA_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
-              "{}: '{}' has no \"weight_map\" object (tensor name -> shard file)", kOp, index.string());
-  std::map<std::string, std::string> shards;
-  for (const auto& [key, file] : json["weight_map"].items()) {
-    NABLA_CHECK(file.is_string(), "{}: '{}' maps '{}' to {}, not a file name", kOp, index.string(), key,
-                file.dump());
-    const std::string name = file.get<std::string>();
-    // A shard is a file beside the index: no folders, no way out of it.
-    NABLA_CHECK(!name.empty() && fs::path(name).filename() == fs::path(name) && name != "." && name != "..",
-                "{}: '{}' names the shard '{}' for '{}'; shards are plain file names beside the index", kOp,
-                index.string(), name, key);
-    shards[key] = name;
-  }
-  return shards;
+  return text.str();
 }
 
 }  // namespace
+
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& name) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    NABLA_CHECK(false, "{}: '{}' is not JSON: {}", kOp, name, e.what());
+  }
+  NABLA_CHECK(json.is_object() && json.contains("weight_map") && json["weight_map"].is_object(),
+              "{}: '{}' has no \"weight_map\" object (tensor name -> shard file)", kOp, name);
+  std::map<std::string, std::string> shards;
+  for (const auto& [key, file] : json["weight_map"].items()) {
+    NABLA_CHECK(file.is_string(), "{}: '{}' maps '{}' to {}, not a file name", kOp, name, key,
+                file.dump());
+    const std::string shard = file.get<std::string>();
+    // A shard is a file beside the index: no folders, no way out of it.
+    NABLA_CHECK(!shard.empty() && fs::path(shard).filename() == fs::path(shard) && shard != "." && shard != "..",
+                "{}: '{}' names the shard '{}' for '{}'; shards are plain file names beside the index", kOp, name,
+                shard, key);
+    shards[key] = shard;
+  }
+  return shards;
+}
 
 SafetensorsFile load_safetensors_checkpoint(const std::string& path, Device device) {
   fs::path p(path);
@@ -59,7 +63,7 @@ SafetensorsFile load_safetensors_checkpoint(const std::string& path, Device devi
   }
   if (p.extension() != ".json") return load_safetensors(p.string(), device);
 
-  const std::map<std::string, std::string> shards = weight_map(p);
+  const std::map<std::string, std::string> shards = parse_safetensors_index(read_index(p), p.string());
   std::map<std::string, std::vector<std::string>> by_shard;
   for (const auto& [key, shard] : shards) by_shard[shard].push_back(key);
   SafetensorsFile out;

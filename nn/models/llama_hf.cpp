@@ -1,5 +1,6 @@
 // Hugging Face's LLaMA folders: config.json into a LlamaConfig, and the checkpoint (one file or
 // shards) into the model (nn/models/llama.h).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -131,6 +132,13 @@ LlamaConfig llama_config_from_json(const std::string& text, const std::string& n
                 "{}: head_dim {} differs from hidden_size / num_attention_heads = {}; nabla's Llama takes "
                 "them equal",
                 name, r.integer("head_dim"), c.width / c.heads);
+  }
+  NABLA_CHECK(std::isfinite(c.eps) && c.eps > 0, "{}: rms_norm_eps must be a positive number, got {}", name, c.eps);
+  // The rotary tables' own checks (rope_theta > 0, a llama3 scaling's factors), at load time.
+  try {
+    rotary_frequencies(c.width / c.heads, c.rope_base, c.rope_scaling);
+  } catch (const Error& e) {
+    NABLA_CHECK(false, "{}: rope_theta or rope_scaling: {}", name, e.what());
   }
   NABLA_CHECK(!r.boolean("attention_bias", false) && !r.boolean("mlp_bias", false),
               "{}: attention_bias and mlp_bias must be false (nabla's Llama has no biases)", name);

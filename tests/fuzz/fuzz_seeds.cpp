@@ -13,6 +13,7 @@
 #include "fuzz/checkpoint_fuzz_body.h"
 #include "fuzz/cifar_fuzz_body.h"
 #include "fuzz/config_fuzz_body.h"
+#include "fuzz/hf_config_fuzz_body.h"
 #include "fuzz/idx_fuzz_body.h"
 #include "fuzz/safetensors_fuzz_body.h"
 #include "fuzz/store_fuzz_body.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
     write(root / "checkpoint_fuzz", {{"checkpoint.safetensors", fz::checkpoint_fuzz_seed()}});
     write(root / "config_fuzz", fz::config_fuzz_seeds());
     write(root / "store_fuzz", {{"requests.bin", fz::store_fuzz_seed()}});
+    write(root / "hf_config_fuzz", fz::hf_config_fuzz_seeds());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fuzz_seeds: %s\n", e.what());
     return 1;

@@ -8,7 +8,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
+#include "fuzz/hf_config_fuzz_body.h"
+#include "fuzz/mutate.h"
 #include "test_util.h"
 
 namespace nb = nabla;
@@ -101,6 +104,12 @@ TEST(LlamaHf, ConfigErrorsNameTheField) {
   fails(with("rope_scaling", R"({"rope_type": "yarn", "factor": 4.0})"),
         "rope_type \"yarn\" is not supported");
   fails(with("rope_scaling", R"({"type": "llama3", "factor": 4.0})"), "\"low_freq_factor\" is missing");
+  fails(with("rms_norm_eps", "-1e-6"), "rms_norm_eps must be a positive number");
+  fails(with("rope_theta", "0"), "base");
+  fails(with("rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+"original_max_position_embeddings": 8192})"),
+        "high_freq_factor");
+  fails(with("hidden_act", "[\"\xff\xfe\"]"), "not JSON");  // bytes that are not UTF-8
   fails("{\"vocab_size\": ", "not JSON");
   fails("[1, 2]", "expected a JSON object");
 }
@@ -173,6 +182,22 @@ TEST(LlamaHf, CheckpointErrorsNameTheFileAndKey) {
   EXPECT_NABLA_ERROR(models::load_hf_llama(f.dir.string()), "model.norm.weight");
   fs::remove(f.dir / "model.safetensors");
   EXPECT_NABLA_ERROR(models::load_hf_llama(f.dir.string()), "neither model.safetensors.index.json");
+}
+
+TEST(LlamaHf, FuzzBodyReturnsOrThrowsOnMutatedSeeds) {
+  std::mt19937_64 rng(test_seed());
+  const auto run = [](const std::string& b) {
+    return nabla::fuzz::hf_config_fuzz_one(reinterpret_cast<const uint8_t*>(b.data()), b.size());
+  };
+  int parsed = 0, total = 0;
+  for (const auto& [name, seed] : nabla::fuzz::hf_config_fuzz_seeds()) {
+    EXPECT_NE(run(seed), 0) << name;
+    for (int i = 0; i < 400; ++i, ++total) parsed += run(nabla::fuzz::mutate(seed, i, rng)) != 0 ? 1 : 0;
+  }
+  EXPECT_LT(parsed, total);
+  // An index naming a shard outside its folder is refused.
+  EXPECT_NABLA_ERROR(nb::parse_safetensors_index(R"({"weight_map": {"w": "../w.safetensors"}})", "idx.json"),
+                     "plain file names");
 }
 
 }  // namespace
