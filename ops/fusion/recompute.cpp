@@ -162,6 +162,11 @@ class Recipe final : public autograd::Recompute {
     const std::lock_guard lock(mutex_);
     if (!kept_.defined()) kept_ = compute("a saved value", 0);
   }
+  // Keeps `value`, the value itself, from now on.
+  void keep(const Tensor& value) const {
+    const std::lock_guard lock(mutex_);
+    if (!kept_.defined()) kept_ = value.detach();
+  }
 
  private:
   Tensor compute(const std::string& node_name, size_t index) const {
@@ -250,6 +255,10 @@ std::shared_ptr<const autograd::Recompute> make_recompute(RecomputePlan plan, st
                plan.leaves.size(), plan.region.ops().size());
   // make_shared of the non-const type, so enable_shared_from_this takes it.
   return std::make_shared<Recipe>(std::move(plan), std::move(leaves));
+}
+
+void keep_value(const autograd::Recompute& recipe, const Tensor& value) {
+  static_cast<const Recipe&>(recipe).keep(value);
 }
 
 std::shared_ptr<const autograd::Recompute> recompute_for_backward(const Tensor& t) {

@@ -41,6 +41,9 @@ std::optional<RecomputePlan> plan_recompute(const Region& region, int value, con
 // again (recorded when a step compiler is active on the thread, else launched at once).
 std::shared_ptr<const autograd::Recompute> make_recompute(RecomputePlan plan, std::vector<Tensor> leaves);
 
+// Makes a recipe (from make_recompute) keep `value`, its value, instead of computing it again.
+void keep_value(const autograd::Recompute& recipe, const Tensor& value);
+
 // Called before `t`'s memory is written in place: every recipe reading it computes its value
 // now and keeps it, so the write cannot change a gradient.
 void before_inplace_write(const Tensor& t);

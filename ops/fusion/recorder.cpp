@@ -221,11 +221,12 @@ Tensor Recorder::tensor_in(const Region& region, const std::vector<Slot>& slots,
 
 std::shared_ptr<const autograd::Recompute> Recorder::recompute(const Tensor& t) {
   if (flushing_ || !t.defined()) return nullptr;
-  if (const int v = result_of(t); v >= 0) return recompute_value(region_, slots_, kept_, recipes_, v, false);
+  if (const int v = result_of(t); v >= 0)
+    return recompute_value(region_, slots_, kept_, recipes_, v, false, t);
   if (const int v = find_value(previous_.by_impl, previous_.slots, t); v >= 0) {
     // Written in place since the flush, it is no longer what the region computed.
     if (t.version() != previous_.slots[static_cast<size_t>(v)].version) return nullptr;
-    return recompute_value(previous_.region, previous_.slots, previous_.kept, previous_.recipes, v, true);
+    return recompute_value(previous_.region, previous_.slots, previous_.kept, previous_.recipes, v, true, t);
   }
   return nullptr;
 }
@@ -233,13 +234,18 @@ std::shared_ptr<const autograd::Recompute> Recorder::recompute(const Tensor& t) 
 std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Region& region,
                                                                      const std::vector<Slot>& slots,
                                                                      std::set<int>& kept, Recipes& recipes,
-                                                                     int v, bool flushed) {
+                                                                     int v, bool flushed, const Tensor& t) {
   if (kept.count(v) != 0 || region.value(v).producer < 0) {
     kept.insert(v);
     return nullptr;
   }
   if (const auto it = recipes.find(v); it != recipes.end()) {
-    if (auto recipe = it->second.lock()) return recipe;
+    if (auto recipe = it->second.lock()) {
+      // A written value saved again (the input of q's, k's and v's projections) is kept once
+      // instead: computed again outside a fused kernel, each saver would cost a kernel of its own.
+      if (flushed) keep_value(*recipe, t);
+      return recipe;
+    }
   }
   const KeepCost keep_cost = [&](int u) -> std::optional<int64_t> {
     if (kept.count(u) != 0) return 0;

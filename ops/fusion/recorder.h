@@ -76,7 +76,7 @@ class Recorder final : public DeferredLaunches {
   std::shared_ptr<const autograd::Recompute> recompute_value(const Region& region,
                                                              const std::vector<Slot>& slots,
                                                              std::set<int>& kept, Recipes& recipes, int v,
-                                                             bool flushed);
+                                                             bool flushed, const Tensor& t);
 
   Region region_;
   std::vector<Slot> slots_;

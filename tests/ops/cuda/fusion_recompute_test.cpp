@@ -90,19 +90,21 @@ TEST(FusionRecomputeCuda, AMatmulsGatedInputIsComputedAgainFromWhatTheGateKept) 
     size_t kept_bytes = 0;
     FusionStats stats;
   };
-  const auto pass = [&](bool fuse) {
+  const auto pass = [&](bool fuse, bool two_readers) {
     const auto param = [&](Shape sizes, uint64_t s) {
       return testing::random_input(sizes, seed + s, kBFloat16).to(Device::cuda()).requires_grad_(true);
     };
     Tensor x = param({2048, 256}, 0), w1 = param({1024, 256}, 1), w3 = param({1024, 256}, 2),
-           w2 = param({256, 1024}, 3);
+           w2 = param({256, 1024}, 3), w4 = param({256, 1024}, 4);
     cuda::synchronize();
     const size_t before = cuda::memory_allocated();
     FusionScope scope(fuse);
     Tensor y;
     {
       const Tensor g = matmul(x, w1.t()), u = matmul(x, w3.t());
-      y = matmul(silu(g) * u, w2.t());
+      const Tensor h = silu(g) * u;
+      y = matmul(h, w2.t());
+      if (two_readers) y = y + matmul(h, w4.t());
     }
     scope.flush();
     Result r;
@@ -111,10 +113,11 @@ TEST(FusionRecomputeCuda, AMatmulsGatedInputIsComputedAgainFromWhatTheGateKept) 
     scope.flush();
     r.stats = scope.stats();
     r.grads = {x.grad(), w1.grad(), w2.grad(), w3.grad()};
+    if (two_readers) r.grads.push_back(w4.grad());
     return r;
   };
-  const Result eager = pass(false);
-  const Result fused = pass(true);
+  const Result eager = pass(false, false);
+  const Result fused = pass(true, false);
   if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
   for (size_t i = 0; i < eager.grads.size(); ++i) {
     EXPECT_TRUE(same_bytes(fused.grads[i], eager.grads[i])) << "gradient " << i << ", seed " << seed;
@@ -123,6 +126,15 @@ TEST(FusionRecomputeCuda, AMatmulsGatedInputIsComputedAgainFromWhatTheGateKept) 
   const size_t value = size_t{2048} * 1024 * 2;
   EXPECT_LE(fused.kept_bytes + 2 * value, eager.kept_bytes + value / 8)
       << "fused forward kept " << fused.kept_bytes << " bytes, eager " << eager.kept_bytes;
+
+  // Saved by two projections, the product is kept once rather than computed again for each.
+  const Result eager2 = pass(false, true);
+  const Result fused2 = pass(true, true);
+  for (size_t i = 0; i < eager2.grads.size(); ++i) {
+    EXPECT_TRUE(same_bytes(fused2.grads[i], eager2.grads[i])) << "gradient " << i << ", seed " << seed;
+  }
+  EXPECT_LE(fused2.kept_bytes + value, eager2.kept_bytes + value / 8);
+  EXPECT_GT(fused2.kept_bytes + 2 * value, eager2.kept_bytes + value / 8) << "the product is kept";
 }
 
 }  // namespace
