@@ -133,7 +133,11 @@ LlamaConfig llama_config_from_json(const std::string& text, const std::string& n
                 "them equal",
                 name, r.integer("head_dim"), c.width / c.heads);
   }
-  NABLA_CHECK(std::isfinite(c.eps) && c.eps > 0, "{}: rms_norm_eps must be a positive number, got {}", name, c.eps);
+  NABLA_CHECK(std::isfinite(c.eps) && c.eps > 0, "{}: rms_norm_eps must be a positive number, got {}", name,
+              c.eps);
+  NABLA_CHECK(c.width / c.heads <= 4096,
+              "{}: a head size of {} (hidden_size / num_attention_heads) is beyond 4096", name,
+              c.width / c.heads);
   // The rotary tables' own checks (rope_theta > 0, a llama3 scaling's factors), at load time.
   try {
     rotary_frequencies(c.width / c.heads, c.rope_base, c.rope_scaling);

@@ -185,8 +185,10 @@ struct Function {
       NABLA_CHECK(i < inputs.size(), "{}: mark_dirty() got a tensor that is not an input of the op", op);
       NABLA_CHECK(Context::contains(outputs, d),
                   "{}: a tensor marked dirty must also be returned as an output", op);
-      check_inplace(d, op);
       // Kernels writing through data_ptr() do not bump the version; the saved-tensor check relies on it.
+      // Nor could the step compiler keep what a recipe read there before the write.
+      if (d.version() == versions[i]) note_unseen_inplace_write(d);
+      check_inplace(d, op);
       if (d.version() == versions[i]) d.bump_version();
     }
     for (const auto& out : outputs) {

@@ -90,6 +90,10 @@ void check_inplace(const Tensor& self, const char* op) {
       op);
 }
 
+void note_unseen_inplace_write(const Tensor& t) {
+  ops::fusion::after_unseen_write(t);
+}
+
 void rebase_history(const Tensor& self, const Tensor& result) {
   if (!result.defined() || !result.grad_fn()) return;
   auto& meta = self.impl()->autograd_meta();

@@ -51,6 +51,9 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
 // For in-place ops: refuses what autograd cannot track (a leaf that requires grad while grad
 // mode is on; a view of a tensor that requires grad), naming `op`.
 void check_inplace(const Tensor& self, const char* op);
+// After a write to `t` that no nabla op made (a custom function's kernel): values the step
+// compiler would compute again from t (Note [Recomputed saved values]) refuse to at unpack.
+void note_unseen_inplace_write(const Tensor& t);
 
 // Makes `self` (just overwritten in place with the values of `result`) take over `result`'s
 // history, so gradients flow through the in-place op.

@@ -153,22 +153,52 @@ class Recipe final : public autograd::Recompute {
 
   Tensor run(const std::string& node_name, size_t index) const override {
     const std::lock_guard lock(mutex_);
-    if (kept_.defined()) return kept_;
+    NABLA_CHECK(!unseen_write_,
+                "{}: saved tensor #{} is computed again in the backward from a tensor that a custom function "
+                "wrote in place (through data_ptr) after it was saved; the gradient would be wrong. Write "
+                "through nabla's in-place ops, or clone() the tensor before modifying it",
+                node_name, index);
+    if (kept_.defined()) {
+      NABLA_CHECK(
+          kept_.version() == kept_version_,
+          "{}: saved tensor #{} ({}) was modified by an in-place operation after it was saved (version "
+          "{} then, {} now); the gradient would be wrong. Use an out-of-place op, or clone() the tensor "
+          "before modifying it",
+          node_name, index, describe(kept_), kept_version_, kept_.version());
+      return kept_.detach();  // a tensor of its own: nobody may take the kept buffer for theirs
+    }
     return compute(node_name, index);
   }
 
-  // Computes the value now and keeps it (its leaf is about to be written in place).
+  // Computes the value now and keeps it (a leaf is about to be written in place). A leaf already
+  // changed behind nabla's back cannot give it: unpacking says so then.
   void keep() const {
     const std::lock_guard lock(mutex_);
-    if (!kept_.defined()) kept_ = compute("a saved value", 0);
+    if (kept_.defined() || unseen_write_ || !leaves_unchanged()) return;
+    kept_ = compute("a saved value", 0);
+    kept_version_ = kept_.version();
   }
   // Keeps `value`, the value itself, from now on.
   void keep(const Tensor& value) const {
     const std::lock_guard lock(mutex_);
-    if (!kept_.defined()) kept_ = value.detach();
+    if (kept_.defined()) return;
+    kept_ = value.detach();
+    kept_version_ = kept_.version();
+  }
+  // A leaf was written where nabla could not see it first (a custom function's kernel).
+  void forget() const {
+    const std::lock_guard lock(mutex_);
+    if (!kept_.defined()) unseen_write_ = true;
   }
 
  private:
+  bool leaves_unchanged() const {
+    for (size_t i = 0; i < leaves_.size(); ++i) {
+      if (leaves_[i].version() != versions_[i]) return false;
+    }
+    return true;
+  }
+
   Tensor compute(const std::string& node_name, size_t index) const {
     for (size_t i = 0; i < leaves_.size(); ++i) {
       NABLA_CHECK(leaves_[i].version() == versions_[i],
@@ -245,6 +275,8 @@ class Recipe final : public autograd::Recompute {
   std::vector<uint32_t> versions_;
   mutable std::mutex mutex_;
   mutable Tensor kept_;
+  mutable uint32_t kept_version_ = 0;
+  mutable bool unseen_write_ = false;
 };
 
 }  // namespace
@@ -266,21 +298,32 @@ std::shared_ptr<const autograd::Recompute> recompute_for_backward(const Tensor& 
   return recorder != nullptr ? recorder->recompute(t) : nullptr;
 }
 
-void before_inplace_write(const Tensor& t) {
+namespace {
+
+// The live recipes with a leaf in t's storage.
+std::vector<std::shared_ptr<const Recipe>> readers_of(const Tensor& t) {
   Readers& r = readers();
-  if (r.count.load(std::memory_order_relaxed) == 0 || !t.defined()) return;
   std::vector<std::shared_ptr<const Recipe>> recipes;
-  {
-    const std::lock_guard lock(r.mutex);
-    auto [first, last] = r.by_storage.equal_range(t.storage().get());
-    for (auto it = first; it != last; ++it) {
-      // A recipe being destroyed on another thread is skipped: nobody will unpack it.
-      if (auto p = std::dynamic_pointer_cast<const Recipe>(it->second->weak_from_this().lock())) {
-        recipes.push_back(std::move(p));
-      }
+  if (r.count.load(std::memory_order_relaxed) == 0 || !t.defined()) return recipes;
+  const std::lock_guard lock(r.mutex);
+  auto [first, last] = r.by_storage.equal_range(t.storage().get());
+  for (auto it = first; it != last; ++it) {
+    // A recipe being destroyed on another thread is skipped: nobody will unpack it.
+    if (auto p = std::dynamic_pointer_cast<const Recipe>(it->second->weak_from_this().lock())) {
+      recipes.push_back(std::move(p));
     }
   }
-  for (const auto& recipe : recipes) recipe->keep();
+  return recipes;
+}
+
+}  // namespace
+
+void before_inplace_write(const Tensor& t) {
+  for (const auto& recipe : readers_of(t)) recipe->keep();
+}
+
+void after_unseen_write(const Tensor& t) {
+  for (const auto& recipe : readers_of(t)) recipe->forget();
 }
 
 }  // namespace nabla::ops::fusion

@@ -48,6 +48,10 @@ void keep_value(const autograd::Recompute& recipe, const Tensor& value);
 // now and keeps it, so the write cannot change a gradient.
 void before_inplace_write(const Tensor& t);
 
+// Called after `t`'s memory was written where nabla could not call before_inplace_write first (a
+// custom function's own kernel): the recipes reading it refuse to give their value at unpack.
+void after_unseen_write(const Tensor& t);
+
 // The recipe to save `t` as when the thread's recorder holds it and can compute it again more
 // cheaply than keeping it; null otherwise (autograd then keeps the tensor).
 std::shared_ptr<const autograd::Recompute> recompute_for_backward(const Tensor& t);

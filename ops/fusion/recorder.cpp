@@ -1,5 +1,6 @@
 #include "nabla/ops/fusion/recorder.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -210,7 +211,7 @@ bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
 // when nothing does.
 Tensor Recorder::tensor_in(const Region& region, const std::vector<Slot>& slots, int v) {
   const Slot& slot = slots.at(static_cast<size_t>(v));
-  if (slot.tensor.defined()) return slot.tensor;
+  if (slot.tensor.defined()) return slot.tensor.detach();  // no history: a recipe holds no graph
   if (std::shared_ptr<TensorImpl> impl = slot.impl.lock()) return Tensor(std::move(impl)).detach();
   std::shared_ptr<Storage> storage = slot.storage.lock();
   if (!storage) return {};
@@ -248,13 +249,14 @@ std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Regio
     }
   }
   const KeepCost keep_cost = [&](int u) -> std::optional<int64_t> {
-    if (kept.count(u) != 0) return 0;
     const Slot& slot = slots[static_cast<size_t>(u)];
-    if (slot.tensor.defined()) return footprint(region.value(u));
-    const std::shared_ptr<Storage> storage = slot.storage.lock();
-    // A flushed region's value must still hold what the region computed.
+    const std::shared_ptr<Storage> storage =
+        slot.tensor.defined() ? slot.tensor.storage() : slot.storage.lock();
+    // Gone, or (in a flushed region) no longer what the region computed: not a leaf.
     if (!storage || (flushed && storage->version() != slot.version)) return std::nullopt;
-    return footprint(region.value(u));
+    if (kept.count(u) != 0) return 0;
+    // A leaf keeps its whole buffer (a slice of a fused projection keeps the projection).
+    return std::max<int64_t>(footprint(region.value(u)), static_cast<int64_t>(storage->nbytes()));
   };
   std::optional<RecomputePlan> plan = plan_recompute(region, v, keep_cost);
   if (!plan) {

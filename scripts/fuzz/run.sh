@@ -43,7 +43,7 @@ run_one() {
   # CPU seconds the target used (user + system of this subshell's children): with builds beside
   # it, or under nice, a run gets less CPU than its wall-clock limit, and the docs count CPU time.
   # `times` goes to a file first: in a pipe it would run in a subshell with no children.
-  times > "$work/times"
+  LC_ALL=C times > "$work/times"
   awk 'NR == 2 { split($1, u, "m"); split($2, s, "m"); printf "%d\n", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' \
     "$work/times" > "$work/cpu"
 }

@@ -138,5 +138,27 @@ TEST(FusionRecompute, AnInPlaceWriteToALeafKeepsTheValueFirstAndOtherChangesAreR
   }
 }
 
+TEST(FusionRecompute, AKeptValueIsVersionCheckedAndAnUnseenWriteIsRefused) {
+  RmsNorm norm;
+  const auto plan = plan_recompute(norm.r, norm.xf, keeping(norm.r, {}));
+  ASSERT_TRUE(plan);
+  const Tensor x = testing::random_input({4, 8, 32}, testing::test_seed(), kBFloat16);
+  // A value saved again is kept as it is; unpacking gives a tensor of its own over it, and a
+  // write to it afterwards is refused as for any saved tensor.
+  const auto kept = make_recompute(*plan, {x});
+  Tensor value = x.to(kFloat32);
+  keep_value(*kept, value);
+  const Tensor got = kept->run("MmBackward", 1);
+  EXPECT_FALSE(got.is_same(value));
+  EXPECT_EQ(got.data_ptr(), value.data_ptr());
+  value.add_(1.0);
+  EXPECT_NABLA_ERROR(kept->run("MmBackward", 1), "MmBackward: saved tensor #1", "modified by an in-place");
+
+  // A leaf a custom function's kernel wrote (no version bump, no warning first) cannot give it.
+  const auto other = make_recompute(*plan, {x});
+  after_unseen_write(x);
+  EXPECT_NABLA_ERROR(other->run("MulBackward", 0), "MulBackward: saved tensor #0", "custom function");
+}
+
 }  // namespace
 }  // namespace nabla::ops::fusion
