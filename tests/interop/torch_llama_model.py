@@ -75,7 +75,7 @@ class Attention(nn.Module):
 
     def forward(self, x):
         B, T, C = x.shape
-        positions = torch.arange(T)
+        positions = torch.arange(T, device=x.device)
         q = self.rotary_emb(self.q_proj(x).view(B, T, self.heads, self.d).transpose(1, 2), positions)
         k = self.rotary_emb(self.k_proj(x).view(B, T, self.kv_heads, self.d).transpose(1, 2), positions)
         v = self.v_proj(x).view(B, T, self.kv_heads, self.d).transpose(1, 2)
