@@ -152,7 +152,9 @@ TEST(CrossEntropy, TheGradientIsWrittenOverLogitsNobodyElseHolds) {
       loss.backward({}, retain);
       EXPECT_TRUE(all_close(x.grad(), expected(x), 1e-12)) << hold << retain;
       EXPECT_EQ(grad_buffer == buffer, !hold && !retain) << "held " << hold << ", retain_graph " << retain;
-      if (hold) EXPECT_TRUE(all_close(logits, before, 0.0, 0.0));
+      if (hold) {
+        EXPECT_TRUE(all_close(logits, before, 0.0, 0.0));
+      }
     }
   }
 }
