@@ -38,13 +38,13 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
               "{}: '{}' has no \"weight_map\" object (tensor name -> shard file)", kOp, name);
   std::map<std::string, std::string> shards;
   for (const auto& [key, file] : json["weight_map"].items()) {
-    NABLA_CHECK(file.is_string(), "{}: '{}' maps '{}' to {}, not a file name", kOp, name, key,
-                file.dump());
+    NABLA_CHECK(file.is_string(), "{}: '{}' maps '{}' to {}, not a file name", kOp, name, key, file.dump());
     const std::string shard = file.get<std::string>();
     // A shard is a file beside the index: no folders, no way out of it.
-    NABLA_CHECK(!shard.empty() && fs::path(shard).filename() == fs::path(shard) && shard != "." && shard != "..",
-                "{}: '{}' names the shard '{}' for '{}'; shards are plain file names beside the index", kOp, name,
-                shard, key);
+    NABLA_CHECK(
+        !shard.empty() && fs::path(shard).filename() == fs::path(shard) && shard != "." && shard != "..",
+        "{}: '{}' names the shard '{}' for '{}'; shards are plain file names beside the index", kOp, name,
+        shard, key);
     shards[key] = shard;
   }
   return shards;

@@ -24,8 +24,9 @@ inline int hf_config_fuzz_one(const uint8_t* data, size_t size) {
   try {
     const nn::models::LlamaConfig c = nn::models::llama_config_from_json(text, "<fuzz input>");
     const bool sane = c.vocab > 0 && c.width > 0 && c.hidden > 0 && c.layers > 0 && c.heads > 0 &&
-                      c.kv_heads > 0 && c.context > 0 && c.width % c.heads == 0 && c.heads % c.kv_heads == 0 &&
-                      (c.width / c.heads) % 2 == 0 && c.eps > 0 && c.rope_base > 0;
+                      c.kv_heads > 0 && c.context > 0 && c.width % c.heads == 0 &&
+                      c.heads % c.kv_heads == 0 && (c.width / c.heads) % 2 == 0 && c.eps > 0 &&
+                      c.rope_base > 0;
     if (!sane) __builtin_trap();
     parsed |= 1;
   } catch (const nabla::Error&) {
@@ -33,7 +34,8 @@ inline int hf_config_fuzz_one(const uint8_t* data, size_t size) {
   try {
     for (const auto& [tensor, shard] : parse_safetensors_index(text, "<fuzz input>")) {
       // Plain file names beside the index: the loader joins them to the index's folder.
-      if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos) __builtin_trap();
+      if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos)
+        __builtin_trap();
     }
     parsed |= 2;
   } catch (const nabla::Error&) {

@@ -106,7 +106,8 @@ TEST(LlamaHf, ConfigErrorsNameTheField) {
   fails(with("rope_scaling", R"({"type": "llama3", "factor": 4.0})"), "\"low_freq_factor\" is missing");
   fails(with("rms_norm_eps", "-1e-6"), "rms_norm_eps must be a positive number");
   fails(with("rope_theta", "0"), "base");
-  fails(with("rope_scaling", R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+  fails(with("rope_scaling",
+             R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
 "original_max_position_embeddings": 8192})"),
         "high_freq_factor");
   fails(with("hidden_act", "[\"\xff\xfe\"]"), "not JSON");  // bytes that are not UTF-8
