@@ -15,6 +15,7 @@
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/detail/inplace.h"
 #include "nabla/ops/elementwise.h"
+#include "nabla/ops/fusion/recorder.h"
 
 namespace nabla {
 
@@ -132,9 +133,13 @@ Tensor& relu_(Tensor& self) {
   ops::check_defined("relu_", self, "self");
   autograd::check_inplace(self, "relu_");
   NABLA_CHECK(self.dtype() != kBool, "relu_: not defined for bool tensors");
-  ops::dispatch(
-      "relu_", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },
-      [&] { ops::cuda::unary(UnaryOp::Relu, self, self, {}); });
+  // A batch norm's output, before anything read it: its held launch writes the ReLU instead
+  // (Note [Batch norm and its ReLU] in ops/fusion/recorder.cpp).
+  if (!ops::fusion::fold_relu_in_place(self)) {
+    ops::dispatch(
+        "relu_", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },
+        [&] { ops::cuda::unary(UnaryOp::Relu, self, self, {}); });
+  }
   self.bump_version();
   if (autograd::needs_grad({self})) {
     // Saved after the write, so the saved version is the current one: later in-place writes to

@@ -32,6 +32,7 @@ struct FusionStats {
   int fallbacks = 0;          // fused groups run unfused because their kernel could not be had
   int dead_ops = 0;           // recorded ops whose results nothing read: never run
   int recomputed_values = 0;  // saved values kept as the ops computing them, run again in the backward
+  int folded_relus = 0;       // ReLUs (forward) and their backwards (masks) run by a batch norm's kernels
   int compiled = 0;           // kernel programs compiled with NVRTC (a cold cache)
   int from_disk = 0;          // kernel programs read from the disk cache
   double compile_s = 0;       // seconds spent compiling

@@ -22,6 +22,7 @@
 #include "nabla/ops/detail/layer_checks.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/reduce.h"
 
 namespace nabla {
@@ -151,12 +152,16 @@ TensorList batch_norm_backward(const Tensor& grad, const BatchNormSaved& saved, 
   return {g.dx, g.dweight, g.dbias};
 }
 
+bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                     const BatchNormOptions& options);
+
 Tensor batch_norm_training(const Tensor& x, const Tensor& weight, const Tensor& bias,
                            const Tensor& running_mean, const Tensor& running_var,
                            const BatchNormOptions& options) {
   Tensor y = empty_like_layout(x);
   const BatchNormStats stats{per_channel_empty(x), per_channel_empty(x)};
   const BatchNormInputs in{x, weight, bias, running_mean, running_var};
+  if (hold_batch_norm(in, y, stats, options)) return y;
   const BatchNormSaved saved =
       ops::on_batch_norm_backend("batch_norm_forward", x, [&](const BatchNormBackend& b) {
         return b.forward(in, Tensor(), /*relu=*/false, y, stats, options.momentum, options.eps);
@@ -230,6 +235,58 @@ TensorList fused_backward(Tensor grad, const BatchNormSaved& saved, double eps) 
   autograd::refuse_double_backward(name, {grad, saved.x, saved.weight},
                                    {g.dx, g.dresidual, g.dweight, g.dbias});
   return {g.dx, g.dresidual, g.dweight, g.dbias};
+}
+
+// Inside a compiled step, a training batch norm with an affine map, where the backend fuses a
+// ReLU: the launch is held, so that a ReLU reading its output first folds into it, forward and
+// backward (Note [Batch norm and its ReLU] in ops/fusion/recorder.cpp). The node is recorded now
+// and learns at the launch what the forward saved; it keeps x, weight, bias and the statistics,
+// what either forward's backward reads.
+bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,
+                     const BatchNormOptions& options) {
+  if (ops::fusion::active_recorder() == nullptr || !in.x.is_cuda() || !in.weight.defined() ||
+      !in.bias.defined() || !takes_fused_route(in.x, options)) {
+    return false;
+  }
+  struct Launched {
+    uint8_t route = 0;
+    bool relu = false;
+  };
+  auto launched = std::make_shared<Launched>();
+  auto run = [in, stats, momentum = options.momentum, eps = options.eps, launched](const Tensor& dst,
+                                                                                   bool relu) {
+    const BatchNormSaved saved = ops::on_batch_norm_backend(
+        "batch_norm_forward", in.x,
+        [&](const BatchNormBackend& b) { return b.forward(in, Tensor(), relu, dst, stats, momentum, eps); });
+    NABLA_ASSERT(!saved.y.defined() && !saved.reserve.defined(),
+                 "batch norm: a held launch's backward would need tensors its node does not keep");
+    launched->route = saved.route;
+    launched->relu = relu;
+  };
+  if (!ops::fusion::hold_launch({.out = y, .run = std::move(run)})) return false;
+  bump_running_stats(in.running_mean, in.running_var);
+  if (!autograd::needs_grad({in.x, in.weight, in.bias})) return true;
+  const TensorList kept = {in.x, in.weight, in.bias, stats.mean, stats.invstd};
+  autograd::record("BatchNormBackward", {in.x, in.weight, in.bias}, {y}, kept,
+                   [eps = options.eps, launched](BackwardContext& ctx) {
+                     const BatchNormSaved saved{.x = ctx.saved[0],
+                                                .weight = ctx.saved[1],
+                                                .bias = ctx.saved[2],
+                                                .stats = {ctx.saved[3], ctx.saved[4]},
+                                                .route = launched->route,
+                                                .relu = launched->relu};
+                     if (!saved.relu)
+                       return batch_norm_backward(ctx.grad(), saved, eps, ctx.needs_input_grad);
+                     // The forward took the ReLU in: its backward masks the gradient itself, so
+                     // it reads the ReLU's incoming gradient where that is at hand, and the
+                     // masked one, dropped here, is never computed. Otherwise it masks the masked
+                     // gradient again, which changes nothing.
+                     Tensor grad = std::move(ctx.grads[0]);
+                     if (auto parts = ops::fusion::relu_backward_parts(grad)) grad = std::move(parts->first);
+                     TensorList g = fused_backward(std::move(grad), saved, eps);
+                     return TensorList{g[0], g[2], g[3]};
+                   });
+  return true;
 }
 
 // The fused forward (takes_fused_route(x) holds).

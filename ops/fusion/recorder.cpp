@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 #include "nabla/core/cuda/stream.h"
 #include "nabla/core/dispatch.h"
@@ -63,7 +64,7 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
   // prefetcher's copy stream) flushes first, so the ops on each stream stay in its order.
   const nabla::cuda::Stream stream = nabla::cuda::current_stream(out.device().index);
   bool must_flush = region_.ops().size() >= kMaxHeldOps ||
-                    (!slots_.empty() && (device_ != out.device() || !(stream_ == stream)));
+                    ((!slots_.empty() || held_) && (device_ != out.device() || !(stream_ == stream)));
   for (const Tensor* t : inputs) {
     const auto it = by_storage_.find(t->storage().get());
     if (it == by_storage_.end()) continue;
@@ -76,7 +77,7 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
     must_flush = must_flush || !same_view;
   }
   if (must_flush) flush();
-  if (slots_.empty()) {
+  if (slots_.empty() && !held_) {
     device_ = out.device();
     stream_ = stream;
   }
@@ -274,8 +275,105 @@ std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Regio
   return recipe;
 }
 
+// Note [Batch norm and its ReLU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A training batch norm's kernel can apply the ReLU that follows it (relu(bn(x)), as every
+// residual block writes it), and its backward can mask the gradient by that ReLU while it reads
+// it; written plainly, the two run apart: the batch norm writes bn(x), a kernel reads it and
+// writes the ReLU, and in the backward a kernel writes the masked gradient for the batch norm
+// to read. The recorder folds them where the values allow it:
+//  - forward: the batch norm's launch is held (hold), so that the region recorded after it may
+//    read its output. At the flush, if that output's one reader is a ReLU and nothing else holds
+//    it (not the caller, not autograd), the batch norm writes the ReLU's result itself and the
+//    ReLU leaves the region (Region::detach); bn(x) is never written. An in-place relu_ of
+//    the output before anything read it has the batch norm write the ReLU in place
+//    (fold_relu_in_place). Otherwise it runs as recorded. The values are the same bit for bit: the ReLU of a
+//    rounded value is the rounded ReLU.
+//  - backward: the batch norm's node, told the forward took the ReLU in, asks whether its
+//    incoming gradient is a held threshold_backward(dy, relu_out) (relu_backward_parts) and then
+//    runs its fused backward on dy, masking as the ReLU would (from x, bit for bit: Note [The
+//    ReLU's mask from x] in ops/cuda/batch_norm/batch_norm.cu); the masked gradient, which
+//    nobody reads any more, is dropped by the planner. Otherwise its backward reads the masked
+//    gradient, whose mask applied again changes nothing.
+// A held launch runs at the next flush, before the region, so it is always in program order:
+// the region recorded after it is the only thing that could read its output before then.
+bool Recorder::hold(HeldLaunch launch) {
+  if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !launch.out.is_cuda()) return false;
+  flush();
+  held_ = std::move(launch);
+  held_relu_ = false;
+  device_ = held_->out.device();
+  stream_ = nabla::cuda::current_stream(device_.index);
+  return true;
+}
+
+bool Recorder::fold_relu_in_place(const Tensor& t) {
+  // Nothing recorded since the launch may read t's values before the ReLU.
+  if (flushing_ || !held_ || held_relu_ || !region_.empty() || held_->out.impl() != t.impl()) return false;
+  held_relu_ = true;
+  ++stats_.folded_relus;
+  return true;
+}
+
+void Recorder::run_held() {
+  HeldLaunch launch = std::move(*held_);
+  held_.reset();
+  Tensor dst = launch.out;
+  bool relu = std::exchange(held_relu_, false);
+  const int t = relu ? -1 : result_of(launch.out);
+  // Held by launch.out and the region's input slot, and by nothing else.
+  const bool unheld = t >= 0 && region_.value(t).producer < 0 && launch.out.impl_ptr().use_count() == 2 &&
+                      launch.out.storage().use_count() == 1;
+  if (unheld) {
+    int readers = 0, reader = -1;
+    for (size_t o = 0; o < region_.ops().size(); ++o) {
+      const Op& op = region_.ops()[o];
+      const auto n = std::count(op.args.begin(), op.args.end(), t);
+      readers += static_cast<int>(n);
+      if (n > 0) reader = static_cast<int>(o);
+    }
+    if (readers == 1) {
+      const Op& op = region_.op(reader);
+      const Value& in = region_.value(t);
+      const Value& out = region_.value(op.result);
+      if (op.kind == OpKind::Unary && op.unary == UnaryOp::Relu && out.dtype == in.dtype &&
+          out.sizes == in.sizes && out.strides == in.strides) {
+        if (Tensor r = tensor_in(region_, slots_, op.result); r.defined()) {
+          const int v = op.result;
+          region_.detach(v);
+          // An input now, held like the others (through the caller's tensor where it is alive,
+          // so that a later recompute() still finds it).
+          Slot& slot = slots_[static_cast<size_t>(v)];
+          std::shared_ptr<TensorImpl> impl = slot.impl.lock();
+          slot.tensor = impl ? Tensor(std::move(impl)) : r;
+          dst = std::move(r);
+          relu = true;
+          ++stats_.folded_relus;
+        }
+      }
+    }
+  }
+  launch.out = Tensor();
+  const nabla::cuda::StreamGuard on(stream_);
+  launch.run(dst, relu);
+}
+
+std::optional<std::pair<Tensor, Tensor>> Recorder::relu_backward_parts(const Tensor& grad) {
+  if (flushing_ || !grad.defined()) return std::nullopt;
+  const int v = result_of(grad);
+  if (v < 0 || region_.value(v).producer < 0) return std::nullopt;
+  const Op& op = region_.op(region_.value(v).producer);
+  if (op.kind != OpKind::Binary || op.binary != BinaryOp::ThresholdBackward) return std::nullopt;
+  Tensor dy = tensor_in(region_, slots_, op.args[0]);
+  Tensor y = tensor_in(region_, slots_, op.args[1]);
+  if (!dy.defined() || !y.defined() || dy.sizes() != grad.sizes() || y.sizes() != grad.sizes())
+    return std::nullopt;
+  ++stats_.folded_relus;
+  return std::make_pair(std::move(dy), std::move(y));
+}
+
 void Recorder::flush() {
-  if (flushing_ || region_.empty()) return;
+  if (flushing_ || (region_.empty() && !held_)) return;
   flushing_ = true;
   // Forget what was held whatever happens: a failed run must not run again at the next flush.
   struct Forget {
@@ -288,9 +386,13 @@ void Recorder::flush() {
       r.cats_.clear();
       r.kept_.clear();
       r.recipes_.clear();
+      r.held_.reset();
+      r.held_relu_ = false;
       r.flushing_ = false;
     }
   } forget{*this};
+  if (held_) run_held();
+  if (region_.empty()) return;  // a held launch alone, or with the ReLU it took in
 
   // A result whose buffer someone still holds (its tensor, a view, autograd) is live out.
   std::vector<Tensor> tensors(slots_.size());
@@ -356,6 +458,21 @@ bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& 
 bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
   Recorder* r = t_recorder;
   return r != nullptr && r->cat(inputs, dim, out);
+}
+
+bool hold_launch(Recorder::HeldLaunch launch) {
+  Recorder* r = t_recorder;
+  return r != nullptr && r->hold(std::move(launch));
+}
+
+std::optional<std::pair<Tensor, Tensor>> relu_backward_parts(const Tensor& grad) {
+  Recorder* r = t_recorder;
+  return r != nullptr ? r->relu_backward_parts(grad) : std::nullopt;
+}
+
+bool fold_relu_in_place(const Tensor& t) {
+  Recorder* r = t_recorder;
+  return r != nullptr && r->fold_relu_in_place(t);
 }
 
 Recorder* active_recorder() {

@@ -3,7 +3,9 @@
 // when something needs the results (Note [Deferred launches] in core/deferred.h).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +40,24 @@ class Recorder final : public DeferredLaunches {
   // [Concatenation in place] in recorder.cpp). All pieces or none.
   bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 
+  // A launch of something that is not pointwise, held until the next flush so that a ReLU read
+  // first may fold into it (Note [Batch norm and its ReLU] in recorder.cpp). `run(dst, relu)`
+  // writes the values of `out`, or with relu their ReLU, into dst (out itself, or the ReLU's
+  // result). What is held is flushed first; false where the launch cannot be held (the caller
+  // then launches it as usual).
+  struct HeldLaunch {
+    Tensor out;
+    std::function<void(const Tensor& dst, bool relu)> run;
+  };
+  bool hold(HeldLaunch launch);
+  // relu_(t) of the held launch's output t, before anything read t: the launch writes the ReLU
+  // (true), and the caller launches nothing. False otherwise.
+  bool fold_relu_in_place(const Tensor& t);
+  // The incoming gradient and the ReLU output a held relu backward (threshold_backward) computes
+  // `grad` from, when `grad` is one and both are at hand; a backward that masks by the ReLU
+  // itself reads them instead, and `grad`, dropped, is then never computed.
+  std::optional<std::pair<Tensor, Tensor>> relu_backward_parts(const Tensor& grad);
+
   // What autograd saves `t` as (Note [Recomputed saved values] in recompute.cpp): a recipe when
   // t is a held result cheaper to compute again than to keep; null when t is kept as it is.
   std::shared_ptr<const autograd::Recompute> recompute(const Tensor& t);
@@ -54,6 +74,7 @@ class Recorder final : public DeferredLaunches {
   struct CatRecord;
   bool cast_pieces(const CatRecord& cat, const Tensor& out);
   void remember_flushed();
+  void run_held();
   int value_of(const Tensor& t);
   void add(Op op, const Tensor& out);
 
@@ -101,8 +122,10 @@ class Recorder final : public DeferredLaunches {
     Recipes recipes;
   };
   Flushed previous_;
-  Device device_ = Device::cpu();  // of every tensor held
-  nabla::cuda::Stream stream_;     // the ops were recorded on
+  std::optional<HeldLaunch> held_;  // runs first at the flush, before region_
+  bool held_relu_ = false;          // ... writing the ReLU of its values (fold_relu_in_place)
+  Device device_ = Device::cpu();   // of every tensor held
+  nabla::cuda::Stream stream_;      // the ops were recorded on
   bool flushing_ = false;
   FusionStats stats_;
 };
@@ -117,5 +140,9 @@ bool record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Te
 bool record_cast(const Tensor& src, const Tensor& out);
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
 bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out);
+// The active recorder's hold, relu_backward_parts and fold_relu_in_place, or nothing (false, nullopt).
+bool hold_launch(Recorder::HeldLaunch launch);
+std::optional<std::pair<Tensor, Tensor>> relu_backward_parts(const Tensor& grad);
+bool fold_relu_in_place(const Tensor& t);
 
 }  // namespace nabla::ops::fusion

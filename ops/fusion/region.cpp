@@ -79,6 +79,17 @@ int Region::reduce(int x, Shape dims, bool keepdim, bool mean) {
              std::move(sizes));
 }
 
+void Region::detach(int value) {
+  Value& v = values_.at(static_cast<size_t>(value));
+  if (v.producer < 0) return;
+  const int dropped = v.producer;
+  ops_.erase(ops_.begin() + dropped);
+  v.producer = -1;
+  for (Value& w : values_) {
+    if (w.producer > dropped) --w.producer;
+  }
+}
+
 void Region::clear() {
   values_.clear();
   ops_.clear();

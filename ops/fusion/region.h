@@ -66,6 +66,10 @@ class Region {
   int reduce(int x, Shape dims, bool keepdim, bool mean);
 
   void mark_live_out(int value) { values_.at(static_cast<size_t>(value)).live_out = true; }
+  // Makes a result an input: its op is dropped, and the value is read from memory as given.
+  // For work done outside the region that writes the value itself (Note [Batch norm and its
+  // ReLU] in recorder.cpp). Values keep their numbers.
+  void detach(int value);
 
   const std::vector<Value>& values() const { return values_; }
   const std::vector<Op>& ops() const { return ops_; }

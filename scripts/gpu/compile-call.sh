@@ -12,7 +12,8 @@
 # fp16/bf16 and GPT-2 from the base build and this one in turns; gptplain = nabla-bench gpt
 # --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused); llamazoo = nabla-bench llama
 # --model zoo, graphed and fused, and eager; generate = nabla-bench generate --compare-pytorch.
-# gqa = the plain LLaMA with enable_gqa and with --repeat-kv. Logs under $OUT; a table last.
+# gqa = the plain LLaMA with enable_gqa and with --repeat-kv; plainab = the plain ResNet-50 from
+# the base build and this one (fused and not) and the model zoo's. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -38,6 +39,16 @@ if has tests; then
   timeout 120 "$x/tests/nabla_cuda_tests" --gtest_filter="${TEST_FILTER:-Fusion*:FusedStep*:*GraphedStep*:CudaParityIndexing*:CudaParityEmbedding*}" \
     > "$out/fusion_tests.log" 2>&1
   echo "fusion_tests rc=$?" >> "$out/rc"
+fi
+if has plainab; then
+  # The plainly written ResNet-50 (fp16, graphed): the commit before this build (build/gpu-base),
+  # this build fused, and this build unfused.
+  if base=$(unpack base); then
+    rn50 "$base" fp16 --plain > "$out/ab_rn50_plain_fp16_base.log" 2>&1
+  fi
+  rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_new.log" 2>&1
+  NABLA_FUSION=0 rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_newunfused.log" 2>&1
+  rn50 "$x" fp16 > "$out/ab_rn50_zoo_fp16_new.log" 2>&1
 fi
 if has suite; then
   for bin in "$x"/tests/nabla_*_tests; do

@@ -84,6 +84,30 @@ TEST(FusionPlan, SavedValuesAreWrittenAndUnreadOpsAreDropped) {
   EXPECT_EQ(dump(plan), "group 0 fused [4, 8]: ops 0 2, in %0 %1, out %2 %4\ndead: 1\n");
 }
 
+// A batch norm's ReLU, folded into the batch norm's kernel (Note [Batch norm and its ReLU]):
+// its result becomes an input the rest of the region reads, and the ops after it keep their
+// values' numbers.
+TEST(FusionPlan, ADetachedResultIsReadAsAnInput) {
+  Region r;
+  const int t = r.input(kFloat16, {4, 8});
+  const int relu = r.unary(UnaryOp::Relu, t);
+  const int scaled = r.unary(UnaryOp::MulScalar, relu, {.a = 2});
+  const int y = r.unary(UnaryOp::Tanh, scaled);
+  r.detach(relu);
+  r.mark_live_out(y);
+  ASSERT_EQ(r.ops().size(), 2u) << r.dump();
+  EXPECT_EQ(r.value(relu).producer, -1);
+  EXPECT_EQ(r.value(scaled).producer, 0);
+  EXPECT_EQ(r.value(y).producer, 1);
+  EXPECT_EQ(r.op(0).args, list({relu}));
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+  EXPECT_EQ(plan.groups[0].inputs, list({relu}));  // t is read by nothing now
+  EXPECT_EQ(plan.groups[0].outputs, list({y}));
+  r.detach(relu);  // an input already: nothing changes
+  EXPECT_EQ(r.ops().size(), 2u);
+}
+
 TEST(FusionPlan, AValueOfAnotherShapeIsItsOwnGroupAndWrittenForItsReaders) {
   Region r;
   const int x = r.input(kFloat32, {8, 4});
