@@ -318,12 +318,12 @@ bool Recorder::fold_relu_in_place(const Tensor& t) {
 void Recorder::run_held() {
   HeldLaunch launch = std::move(*held_);
   held_.reset();
-  Tensor dst = launch.out;
   bool relu = std::exchange(held_relu_, false);
   const int t = relu ? -1 : result_of(launch.out);
   // Held by launch.out and the region's input slot, and by nothing else.
   const bool unheld = t >= 0 && region_.value(t).producer < 0 && launch.out.impl_ptr().use_count() == 2 &&
                       launch.out.storage().use_count() == 1;
+  Tensor dst = launch.out;
   if (unheld) {
     int readers = 0, reader = -1;
     for (size_t o = 0; o < region_.ops().size(); ++o) {
