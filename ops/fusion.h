@@ -10,7 +10,8 @@
 // casts) are recorded instead of launched; when an op that is not pointwise needs their results,
 // each chain of one shape runs as one kernel generated as CUDA C++ and compiled with NVRTC,
 // writing only the values something still holds (Note [The step compiler] in
-// docs/design/step-compiler.md). Results are bitwise those of eager mode. Without NVRTC, or for
+// docs/design/step-compiler.md). Results are bitwise those of eager mode (but for a batch norm's
+// relu(bn(x) + z), rounded once where eager rounds twice). Without NVRTC, or for
 // a kernel that does not compile, the ops run unfused after one warning naming the cause. On the
 // CPU, and with NABLA_FUSION=0 in the environment, a scope does nothing.
 #pragma once

@@ -253,17 +253,20 @@ bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNorm
     bool relu = false;
   };
   auto launched = std::make_shared<Launched>();
-  auto run = [in, stats, momentum = options.momentum, eps = options.eps, launched](const Tensor& dst,
-                                                                                   bool relu) {
+  auto run = [in, stats, momentum = options.momentum, eps = options.eps, launched](
+                 const Tensor& dst, bool relu, const Tensor& residual) {
     const BatchNormSaved saved = ops::on_batch_norm_backend(
         "batch_norm_forward", in.x,
-        [&](const BatchNormBackend& b) { return b.forward(in, Tensor(), relu, dst, stats, momentum, eps); });
-    NABLA_ASSERT(!saved.y.defined() && !saved.reserve.defined(),
+        [&](const BatchNormBackend& b) { return b.forward(in, residual, relu, dst, stats, momentum, eps); });
+    // relu(bn(x) + z) keeps its graph (the ReLU's node masks, the sum's node hands the gradient
+    // to z): this node's backward is the plain one, which reads none of y.
+    const bool folded = relu && !residual.defined();
+    NABLA_ASSERT(!saved.reserve.defined() && (!folded || !saved.y.defined()),
                  "batch norm: a held launch's backward would need tensors its node does not keep");
     launched->route = saved.route;
-    launched->relu = relu;
+    launched->relu = folded;
   };
-  if (!ops::fusion::hold_launch({.out = y, .run = std::move(run)})) return false;
+  if (!ops::fusion::hold_launch({.out = y, .run = std::move(run), .takes_residual = true})) return false;
   bump_running_stats(in.running_mean, in.running_var);
   if (!autograd::needs_grad({in.x, in.weight, in.bias})) return true;
   const TensorList kept = {in.x, in.weight, in.bias, stats.mean, stats.invstd};

@@ -287,8 +287,11 @@ std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Regio
 //    it (not the caller, not autograd), the batch norm writes the ReLU's result itself and the
 //    ReLU leaves the region (Region::detach); bn(x) is never written. An in-place relu_ of
 //    the output before anything read it has the batch norm write the ReLU in place
-//    (fold_relu_in_place). Otherwise it runs as recorded. The values are the same bit for bit: the ReLU of a
-//    rounded value is the rounded ReLU.
+//    (fold_relu_in_place). relu(bn(x) + z), the residual block's end, folds the same way when
+//    z is in memory already and the sum is read by nothing else: the batch norm's kernel adds z
+//    and applies the ReLU. Otherwise it runs as recorded. The values of relu(bn(x)) are the same
+//    bit for bit (the ReLU of a rounded value is the rounded ReLU); relu(bn(x) + z) is rounded
+//    once where the ops round bn(x) and then the sum, so it may differ in the last bit.
 //  - backward: the batch norm's node, told the forward took the ReLU in, asks whether its
 //    incoming gradient is a held threshold_backward(dy, relu_out) (relu_backward_parts) and then
 //    runs its fused backward on dy, masking as the ReLU would (from x, bit for bit: Note [The
@@ -315,47 +318,80 @@ bool Recorder::fold_relu_in_place(const Tensor& t) {
   return true;
 }
 
+// The op reading value v, when exactly one op reads it once; -1 otherwise.
+int Recorder::only_reader(int v) const {
+  int readers = 0, reader = -1;
+  for (size_t o = 0; o < region_.ops().size(); ++o) {
+    const Op& op = region_.ops()[o];
+    const auto n = std::count(op.args.begin(), op.args.end(), v);
+    readers += static_cast<int>(n);
+    if (n > 0) reader = static_cast<int>(o);
+  }
+  return readers == 1 ? reader : -1;
+}
+
+// The ReLU op reading v alone, laid out as v, whose result someone holds: its result's tensor;
+// undefined otherwise.
+Tensor Recorder::relu_reading(int v) const {
+  const int o = only_reader(v);
+  if (o < 0) return {};
+  const Op& op = region_.op(o);
+  const Value &in = region_.value(v), &out = region_.value(op.result);
+  if (op.kind != OpKind::Unary || op.unary != UnaryOp::Relu || out.dtype != in.dtype ||
+      out.sizes != in.sizes || out.strides != in.strides) {
+    return {};
+  }
+  return tensor_in(region_, slots_, op.result);
+}
+
 void Recorder::run_held() {
   HeldLaunch launch = std::move(*held_);
   held_.reset();
   bool relu = std::exchange(held_relu_, false);
+  Tensor residual;
   const int t = relu ? -1 : result_of(launch.out);
   // Held by launch.out and the region's input slot, and by nothing else.
   const bool unheld = t >= 0 && region_.value(t).producer < 0 && launch.out.impl_ptr().use_count() == 2 &&
                       launch.out.storage().use_count() == 1;
   Tensor dst = launch.out;
+  int relu_value = -1;
   if (unheld) {
-    int readers = 0, reader = -1;
-    for (size_t o = 0; o < region_.ops().size(); ++o) {
-      const Op& op = region_.ops()[o];
-      const auto n = std::count(op.args.begin(), op.args.end(), t);
-      readers += static_cast<int>(n);
-      if (n > 0) reader = static_cast<int>(o);
-    }
-    if (readers == 1) {
-      const Op& op = region_.op(reader);
-      const Value& in = region_.value(t);
-      const Value& out = region_.value(op.result);
-      if (op.kind == OpKind::Unary && op.unary == UnaryOp::Relu && out.dtype == in.dtype &&
-          out.sizes == in.sizes && out.strides == in.strides) {
-        if (Tensor r = tensor_in(region_, slots_, op.result); r.defined()) {
-          const int v = op.result;
-          region_.detach(v);
-          // An input now, held like the others (through the caller's tensor where it is alive,
-          // so that a later recompute() still finds it).
-          Slot& slot = slots_[static_cast<size_t>(v)];
-          std::shared_ptr<TensorImpl> impl = slot.impl.lock();
-          slot.tensor = impl ? Tensor(std::move(impl)) : r;
+    if (Tensor r = relu_reading(t); r.defined()) {
+      relu_value = region_.op(only_reader(t)).result;
+      dst = std::move(r);
+    } else if (const int o = only_reader(t); o >= 0 && launch.takes_residual) {
+      // relu(t + z), the sum read by nothing else, z in memory already and laid out as t.
+      const Op& add = region_.op(o);
+      const int z = add.args[0] == t ? add.args[1] : add.args[0];
+      const Value &tv = region_.value(t), &zv = region_.value(z), &sum = region_.value(add.result);
+      const Slot& sum_slot = slots_[static_cast<size_t>(add.result)];
+      const bool fits = add.kind == OpKind::Binary && add.binary == BinaryOp::Add && add.alpha == 1.0 &&
+                        z != t && zv.producer < 0 && slots_[static_cast<size_t>(z)].tensor.defined() &&
+                        zv.dtype == tv.dtype && zv.sizes == tv.sizes && zv.strides == tv.strides &&
+                        sum.dtype == tv.dtype && sum_slot.impl.expired() && sum_slot.storage.expired();
+      if (fits) {
+        if (Tensor r = relu_reading(add.result); r.defined()) {
+          relu_value = region_.op(only_reader(add.result)).result;
+          residual = slots_[static_cast<size_t>(z)].tensor;
           dst = std::move(r);
-          relu = true;
-          ++stats_.folded_relus;
         }
       }
     }
   }
+  if (relu_value >= 0) {
+    // The ReLU's result is written by the launch: an input of the region now, held like the
+    // others (through the caller's tensor where it is alive, so that recompute() still finds it).
+    // A sum it read is then read by nothing, and the planner drops it.
+    region_.detach(relu_value);
+    Slot& slot = slots_[static_cast<size_t>(relu_value)];
+    std::shared_ptr<TensorImpl> impl = slot.impl.lock();
+    slot.tensor = impl ? Tensor(std::move(impl)) : dst;
+    relu = true;
+    ++stats_.folded_relus;
+  }
   launch.out = Tensor();
   const nabla::cuda::StreamGuard on(stream_);
-  launch.run(dst, relu);
+  launch.run(dst, relu, residual);
 }
 
 std::optional<std::pair<Tensor, Tensor>> Recorder::relu_backward_parts(const Tensor& grad) {

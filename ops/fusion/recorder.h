@@ -42,12 +42,15 @@ class Recorder final : public DeferredLaunches {
 
   // A launch of something that is not pointwise, held until the next flush so that a ReLU read
   // first may fold into it (Note [Batch norm and its ReLU] in recorder.cpp). `run(dst, relu)`
-  // writes the values of `out`, or with relu their ReLU, into dst (out itself, or the ReLU's
-  // result). What is held is flushed first; false where the launch cannot be held (the caller
-  // then launches it as usual).
+  // writes the values of `out`, or with relu their ReLU (of their sum with a defined residual),
+  // into dst (out itself, or the ReLU's result). What is held is flushed first; false where the launch cannot
+  // be held (the caller then launches it as usual).
   struct HeldLaunch {
     Tensor out;
-    std::function<void(const Tensor& dst, bool relu)> run;
+    std::function<void(const Tensor& dst, bool relu, const Tensor& residual)> run;
+    // Whether run also takes relu(out + residual) (residual then defined, laid out as out):
+    // values rounded once, where the ops rounded out and the sum.
+    bool takes_residual = false;
   };
   bool hold(HeldLaunch launch);
   // relu_(t) of the held launch's output t, before anything read t: the launch writes the ReLU
@@ -75,6 +78,8 @@ class Recorder final : public DeferredLaunches {
   bool cast_pieces(const CatRecord& cat, const Tensor& out);
   void remember_flushed();
   void run_held();
+  int only_reader(int v) const;
+  Tensor relu_reading(int v) const;
   int value_of(const Tensor& t);
   void add(Op op, const Tensor& out);
 

@@ -21,15 +21,15 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 }
 
 struct Pass {
-  Tensor x, weight, bias, running_mean, running_var, conv_weight;
+  Tensor x, weight, bias, running_mean, running_var, conv_weight, residual;
   Tensor relu_out, kept_bn_out;
   FusionStats stats;
 };
 
-// conv2d(relu(bn(x)), w).sum() forward and backward, the ReLU in place (relu_) or not; with
-// keep_bn_out, bn(x) is also held by the caller until after the backward.
+// conv2d(relu(bn(x)), w).sum() forward and backward, the ReLU in place (relu_) or not, or of
+// bn(x) + z (add); with keep_bn_out, bn(x) is also held by the caller until after the backward.
 Pass forward_backward(uint64_t seed, DType dtype, bool channels_last, bool fuse, bool keep_bn_out,
-                      bool in_place = false) {
+                      bool in_place = false, bool add = false) {
   constexpr int64_t kC = 32;
   Pass p;
   const Device gpu = Device::cuda();
@@ -43,10 +43,13 @@ Pass forward_backward(uint64_t seed, DType dtype, bool channels_last, bool fuse,
   p.conv_weight = testing::random_input({16, kC, 1, 1}, seed + 5, dtype).to(gpu);
   if (channels_last) p.conv_weight = p.conv_weight.contiguous(MemoryFormat::ChannelsLast);
   p.conv_weight.requires_grad_(true);
+  p.residual = testing::random_input(p.x.sizes(), seed + 6, dtype).to(gpu);
+  if (channels_last) p.residual = p.residual.contiguous(MemoryFormat::ChannelsLast);
+  p.residual.requires_grad_(true);
   FusionScope scope(fuse);
   {
     Tensor t = batch_norm(p.x, p.weight, p.bias, p.running_mean, p.running_var, {.training = true});
-    p.relu_out = in_place ? relu_(t) : relu(t);
+    p.relu_out = in_place ? relu_(t) : relu(add ? t + p.residual : t);
     if (keep_bn_out) p.kept_bn_out = t;
   }
   const Tensor y = conv2d(p.relu_out, p.conv_weight);
@@ -95,6 +98,27 @@ TEST(FusionBatchNormCuda, AnInPlaceReluFoldsLikewise) {
   if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
   EXPECT_EQ(fused.stats.folded_relus, 2) << "the ReLU's forward and its backward";
   expect_eager_results(fused, eager, 2e-3, seed);
+}
+
+// relu(bn(x) + z) rounds once where the ops round twice: the forward within a float16 ulp (of
+// values up to a few units), the gradients within float16 rounding.
+TEST(FusionBatchNormCuda, AReluOfABatchNormPlusAResidualFoldsItsForward) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const uint64_t seed = std::random_device{}();
+  const Pass eager = forward_backward(seed, kFloat16, true, false, false, false, true);
+  const Pass fused = forward_backward(seed, kFloat16, true, true, false, false, true);
+  if (fused.stats.recorded_ops == 0) GTEST_SKIP() << "the step compiler is off (NABLA_FUSION)";
+  EXPECT_EQ(fused.stats.folded_relus, 1) << "the forward only: the sum's gradient goes to z as well";
+  EXPECT_TRUE(testing::all_close(fused.relu_out.to(kFloat64), eager.relu_out.to(kFloat64), 2e-3, 2e-3))
+      << "seed " << seed;
+  EXPECT_TRUE(same_bytes(fused.running_mean, eager.running_mean)) << "seed " << seed;
+  EXPECT_TRUE(same_bytes(fused.running_var, eager.running_var)) << "seed " << seed;
+  for (const auto& [name, a, b] :
+       {std::tuple{"x", fused.x, eager.x}, std::tuple{"z", fused.residual, eager.residual},
+        std::tuple{"weight", fused.weight, eager.weight}, std::tuple{"bias", fused.bias, eager.bias}}) {
+    EXPECT_TRUE(testing::all_close(a.grad().to(kFloat64), b.grad().to(kFloat64), 2e-2, 2e-2))
+        << name << ", seed " << seed;
+  }
 }
 
 TEST(FusionBatchNormCuda, AnOutputTheCallerStillHoldsIsWrittenAndNothingIsFolded) {
