@@ -40,16 +40,6 @@ if has tests; then
     > "$out/fusion_tests.log" 2>&1
   echo "fusion_tests rc=$?" >> "$out/rc"
 fi
-if has plainab; then
-  # The plainly written ResNet-50 (fp16, graphed): the commit before this build (build/gpu-base),
-  # this build fused, and this build unfused.
-  if base=$(unpack base); then
-    rn50 "$base" fp16 --plain > "$out/ab_rn50_plain_fp16_base.log" 2>&1
-  fi
-  rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_new.log" 2>&1
-  NABLA_FUSION=0 rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_newunfused.log" 2>&1
-  rn50 "$x" fp16 > "$out/ab_rn50_zoo_fp16_new.log" 2>&1
-fi
 if has suite; then
   for bin in "$x"/tests/nabla_*_tests; do
     name=$(basename "$bin")
@@ -62,6 +52,16 @@ fi
 rn50() { timeout 120 "$1/apps/nabla-bench" train --arch resnet50 --batch-size 256 --channels-last --amp "$2" \
   --steps 30 --cuda-graph "${@:3}"; }
 gpt() { timeout 120 "$1/apps/nabla-bench" gpt "${@:2}"; }
+if has plainab; then
+  # The plainly written ResNet-50 (fp16, graphed): the commit before this build (build/gpu-base),
+  # this build fused, and this build unfused.
+  if base=$(unpack base); then
+    rn50 "$base" fp16 --plain > "$out/ab_rn50_plain_fp16_base.log" 2>&1
+  fi
+  rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_new.log" 2>&1
+  NABLA_FUSION=0 rn50 "$x" fp16 --plain > "$out/ab_rn50_plain_fp16_newunfused.log" 2>&1
+  rn50 "$x" fp16 > "$out/ab_rn50_zoo_fp16_new.log" 2>&1
+fi
 if has fusion; then
   for fuse in 1 0; do
     NABLA_FUSION=$fuse rn50 "$x" fp16 > "$out/rn50_fp16_fuse$fuse.log" 2>&1

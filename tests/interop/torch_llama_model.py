@@ -83,7 +83,7 @@ class Attention(nn.Module):
         k = k[:, :, None].expand(B, self.kv_heads, groups, T, self.d).reshape(B, self.heads, T, self.d)
         v = v[:, :, None].expand(B, self.kv_heads, groups, T, self.d).reshape(B, self.heads, T, self.d)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d)
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
         y = F.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
         return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
 
