@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "nabla/core/deferred.h"
 #include "nabla/ops/autograd/detail/no_double_backward.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/detail/autocast_policy.h"
@@ -249,6 +250,7 @@ bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNorm
     return false;
   }
   struct Launched {
+    bool ran = false;
     uint8_t route = 0;
     bool relu = false;
   };
@@ -265,6 +267,7 @@ bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNorm
                  "batch norm: a held launch's backward would need tensors its node does not keep");
     launched->route = saved.route;
     launched->relu = folded;
+    launched->ran = true;
   };
   if (!ops::fusion::hold_launch({.out = y, .run = std::move(run), .takes_residual = true})) return false;
   bump_running_stats(in.running_mean, in.running_var);
@@ -272,6 +275,11 @@ bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNorm
   const TensorList kept = {in.x, in.weight, in.bias, stats.mean, stats.invstd};
   autograd::record("BatchNormBackward", {in.x, in.weight, in.bias}, {y}, kept,
                    [eps = options.eps, launched](BackwardContext& ctx) {
+                     // A backward through recorded ops alone can reach this node before any
+                     // flush ran the launch: run it, so that what it did is known.
+                     if (!launched->ran) flush_deferred();
+                     NABLA_ASSERT(launched->ran,
+                                  "batch norm: the held launch did not run before its backward");
                      const BatchNormSaved saved{.x = ctx.saved[0],
                                                 .weight = ctx.saved[1],
                                                 .bias = ctx.saved[2],

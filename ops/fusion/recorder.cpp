@@ -291,7 +291,8 @@ std::shared_ptr<const autograd::Recompute> Recorder::recompute_value(const Regio
 //    z is in memory already and the sum is read by nothing else: the batch norm's kernel adds z
 //    and applies the ReLU. Otherwise it runs as recorded. The values of relu(bn(x)) are the same
 //    bit for bit (the ReLU of a rounded value is the rounded ReLU); relu(bn(x) + z) is rounded
-//    once where the ops round bn(x) and then the sum, so it may differ in the last bit.
+//    once where the ops round bn(x) and then the sum, so it may differ in the last bit: it is
+//    batch_norm_add_relu's value.
 //  - backward: the batch norm's node, told the forward took the ReLU in, asks whether its
 //    incoming gradient is a held threshold_backward(dy, relu_out) (relu_backward_parts) and then
 //    runs its fused backward on dy, masking as the ReLU would (from x, bit for bit: Note [The
@@ -368,7 +369,8 @@ void Recorder::run_held() {
       const bool fits = add.kind == OpKind::Binary && add.binary == BinaryOp::Add && add.alpha == 1.0 &&
                         z != t && zv.producer < 0 && slots_[static_cast<size_t>(z)].tensor.defined() &&
                         zv.dtype == tv.dtype && zv.sizes == tv.sizes && zv.strides == tv.strides &&
-                        sum.dtype == tv.dtype && sum_slot.impl.expired() && sum_slot.storage.expired();
+                        sum.dtype == tv.dtype && sum.sizes == tv.sizes && sum.strides == tv.strides &&
+                        sum_slot.impl.expired() && sum_slot.storage.expired();
       if (fits) {
         if (Tensor r = relu_reading(add.result); r.defined()) {
           relu_value = region_.op(only_reader(add.result)).result;
@@ -428,7 +430,10 @@ void Recorder::flush() {
     }
   } forget{*this};
   if (held_) run_held();
-  if (region_.empty()) return;  // a held launch alone, or with the ReLU it took in
+  if (region_.empty()) {  // a held launch alone, or with the ReLU it took in
+    ++stats_.flushes;
+    return;
+  }
 
   // A result whose buffer someone still holds (its tensor, a view, autograd) is live out.
   std::vector<Tensor> tensors(slots_.size());
