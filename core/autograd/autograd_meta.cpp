@@ -2,6 +2,7 @@
 
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/autograd/node.h"
+#include "nabla/core/autograd/saved_version.h"
 
 namespace nabla {
 
@@ -64,13 +65,18 @@ Tensor SavedTensor::unpack(const std::string& node_name, size_t index) const {
       node_name);
   if (recompute_) return with_history(recompute_->run(node_name, index));
   if (!data_.defined()) return data_;
+  check_saved_version(node_name, index, data_, saved_version_);
+  return with_history(data_);
+}
+
+void check_saved_version(const std::string& node_name, size_t index, const Tensor& t,
+                         uint32_t saved_version) {
   NABLA_CHECK(
-      data_.version() == saved_version_,
+      t.version() == saved_version,
       "{}: saved tensor #{} ({}) was modified by an in-place operation after it was saved for backward "
       "(version {} when saved, {} now); the gradient would be wrong. Use an out-of-place op, or clone() "
       "the tensor before modifying it",
-      node_name, index, describe(data_), saved_version_, data_.version());
-  return with_history(data_);
+      node_name, index, describe(t), saved_version, t.version());
 }
 
 Tensor SavedTensor::with_history(const Tensor& data) const {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/core/autograd/saved_version.h"
 #include "nabla/core/deferred.h"
 #include "nabla/core/dispatch.h"
 #include "nabla/core/error.h"
@@ -159,12 +160,7 @@ class Recipe final : public autograd::Recompute {
                 "through nabla's in-place ops, or clone() the tensor before modifying it",
                 node_name, index);
     if (kept_.defined()) {
-      NABLA_CHECK(
-          kept_.version() == kept_version_,
-          "{}: saved tensor #{} ({}) was modified by an in-place operation after it was saved (version "
-          "{} then, {} now); the gradient would be wrong. Use an out-of-place op, or clone() the tensor "
-          "before modifying it",
-          node_name, index, describe(kept_), kept_version_, kept_.version());
+      autograd::check_saved_version(node_name, index, kept_, kept_version_);
       return kept_.detach();  // a tensor of its own: nobody may take the kept buffer for theirs
     }
     return compute(node_name, index);
