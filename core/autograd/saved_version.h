@@ -1,5 +1,6 @@
-// Internal (core, ops). The check a saved tensor passes when a backward unpacks it, shared by
-// SavedTensor and the step compiler's recomputed values (ops/fusion/recompute.cpp).
+// Public header (for custom autograd code). The check a saved tensor passes when a backward
+// unpacks it: SavedTensor runs it, and so does code that keeps a value for backward another way
+// (the step compiler's recomputed values, ops/fusion/recompute.cpp).
 #pragma once
 
 #include <cstddef>
