@@ -134,7 +134,7 @@ Tensor& relu_(Tensor& self) {
   autograd::check_inplace(self, "relu_");
   NABLA_CHECK(self.dtype() != kBool, "relu_: not defined for bool tensors");
   // A batch norm's output, before anything read it: its held launch writes the ReLU instead
-  // (Note [Batch norm and its ReLU] in ops/fusion/recorder.cpp).
+  // (Note [Batch norm and its ReLU] in ops/fusion/recorder_held.cpp).
   if (!ops::fusion::fold_relu_in_place(self)) {
     ops::dispatch(
         "relu_", self, [&] { ops::cpu::unary(UnaryOp::Relu, self, self, {}); },

@@ -240,7 +240,7 @@ TensorList fused_backward(Tensor grad, const BatchNormSaved& saved, double eps) 
 
 // Inside a compiled step, a training batch norm with an affine map, where the backend fuses a
 // ReLU: the launch is held, so that a ReLU reading its output first folds into it, forward and
-// backward (Note [Batch norm and its ReLU] in ops/fusion/recorder.cpp). The node is recorded now
+// backward (Note [Batch norm and its ReLU] in ops/fusion/recorder_held.cpp). The node is recorded now
 // and learns at the launch what the forward saved; it keeps x, weight, bias and the statistics,
 // what either forward's backward reads.
 bool hold_batch_norm(const BatchNormInputs& in, const Tensor& y, const BatchNormStats& stats,

@@ -7,6 +7,9 @@
 # nn.RMSNorm, rotary halves, F.scaled_dot_product_attention(is_causal=True, enable_gqa=True), SwiGLU,
 # untied head, AdamW(fused=True), bf16 autocast, clip 1.0. 768 wide, 12 layers, 12 q / 4 kv heads,
 # hidden 2048, vocab 32000, T 1024. Prints one dict per mode (eager, compile).
+# --trace FILE (nabla's addition, after the timing): the kernels of --trace-steps more steps, from
+# torch.profiler, as a CSV in tools/cupti_trace's format ("%m" in FILE becomes the mode), so that
+# tools/cupti_trace/summarize.py reads PyTorch's step as it reads nabla's.
 import argparse, json, sys, time
 try:
     import torch, torch.nn as nn, torch.nn.functional as F
@@ -16,7 +19,8 @@ if not torch.cuda.is_available():
     print(json.dumps({"skipped": "PyTorch sees no CUDA GPU"})); sys.exit(3)
 p = argparse.ArgumentParser(); p.add_argument("--batch", type=int, default=16); p.add_argument("--steps", type=int, default=20)
 p.add_argument("--warmup", type=int, default=8); p.add_argument("--modes", default="eager,compile")
-p.add_argument("--json", action="store_true"); a = p.parse_args()
+p.add_argument("--json", action="store_true"); p.add_argument("--trace", default="")
+p.add_argument("--trace-steps", type=int, default=6); a = p.parse_args()
 V, C, L, H, HKV, HID, T = 32000, 768, 12, 12, 4, 2048, 1024
 D = C // H
 torch.backends.cuda.matmul.allow_tf32 = True
@@ -74,4 +78,20 @@ def run(mode):
            "ms_per_step": round(ms, 2), "tokens_s": round(a.batch * T * 1000 / ms), "peak_alloc_GiB": round(torch.cuda.max_memory_allocated() / 2**30, 2),
            "warmup_s": round(tw, 1), "loss": round(float(loss), 4), "torch": torch.__version__}
     print(json.dumps({"bench": "llama", **row, "mode": mode}) if a.json else row, flush=True)
+    if a.trace: trace(step, a.trace.replace("%m", mode))
+def trace(step, path):
+    import csv, os, tempfile
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.trace_steps): step()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        chrome = os.path.join(d, "trace.json"); prof.export_chrome_trace(chrome)
+        events = json.load(open(chrome))["traceEvents"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f); w.writerow(["kind", "stream", "start_ns", "end_ns", "name"])
+        for e in events:
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
+                start = int(float(e["ts"]) * 1000)
+                w.writerow([e["cat"], e.get("args", {}).get("stream", 0), start, start + int(float(e["dur"]) * 1000), e["name"]])
 for md in a.modes.split(","): run(md)

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/byte_text.h"
+#include "common/flags.h"
 
 namespace nb = nabla;
 
@@ -56,20 +57,15 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  int i = 1;
-  auto value = [&]() -> std::string {
-    if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
-    return argv[++i];
-  };
-  auto number = [&] { return std::stoll(value()); };
+  examples::Flags f(argc, argv, "train_gpt.cpp");
   const std::map<std::string, std::function<void()>> flags = {
       {"--bench", [&] { a.bench = true; }},
-      {"--profile", [&] { a.profile = number(); }},
+      {"--profile", [&] { a.profile = f.whole(); }},
       {"--no-amp", [&] { a.amp = false; }},
       {"--sequential", [&] { a.sequential = true; }},
-      {"--accum", [&] { a.accum = number(); }},
-      {"--init", [&] { a.init = value(); }},
-      {"--log", [&] { a.log = value(); }},
+      {"--accum", [&] { a.accum = f.whole(); }},
+      {"--init", [&] { a.init = f.text(); }},
+      {"--log", [&] { a.log = f.text(); }},
       {"--tiny",
        [&] {
          a.model = {.vocab = 256, .context = 64, .layers = 2, .heads = 2, .width = 64};
@@ -80,30 +76,24 @@ Args parse(int argc, char** argv) {
          a.model = {.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384};
          a.batch = 64, a.seq = 256, a.lr = 1e-3;
        }},
-      {"--batch", [&] { a.batch = number(); }},
-      {"--seq", [&] { a.seq = number(); }},
-      {"--steps", [&] { a.steps = number(); }},
-      {"--warmup", [&] { a.warmup = number(); }},
-      {"--layers", [&] { a.model.layers = number(); }},
-      {"--context", [&] { a.model.context = number(); }},
-      {"--heads", [&] { a.model.heads = number(); }},
-      {"--width", [&] { a.model.width = number(); }},
-      {"--vocab", [&] { a.model.vocab = number(); }},
-      {"--lr", [&] { a.lr = std::stod(value()); }},
-      {"--data", [&] { a.data = value(); }},
-      {"--text", [&] { a.text = value(); }},
-      {"--prompt", [&] { a.prompt = value(); }},
-      {"--sample", [&] { a.sample = number(); }},
-      {"--top-k", [&] { a.top_k = number(); }},
-      {"--temperature", [&] { a.temperature = std::stod(value()); }},
+      {"--batch", [&] { a.batch = f.whole(); }},
+      {"--seq", [&] { a.seq = f.whole(); }},
+      {"--steps", [&] { a.steps = f.whole(); }},
+      {"--warmup", [&] { a.warmup = f.whole(); }},
+      {"--layers", [&] { a.model.layers = f.whole(); }},
+      {"--context", [&] { a.model.context = f.whole(); }},
+      {"--heads", [&] { a.model.heads = f.whole(); }},
+      {"--width", [&] { a.model.width = f.whole(); }},
+      {"--vocab", [&] { a.model.vocab = f.whole(); }},
+      {"--lr", [&] { a.lr = f.real(); }},
+      {"--data", [&] { a.data = f.text(); }},
+      {"--text", [&] { a.text = f.text(); }},
+      {"--prompt", [&] { a.prompt = f.text(); }},
+      {"--sample", [&] { a.sample = f.whole(); }},
+      {"--top-k", [&] { a.top_k = f.whole(); }},
+      {"--temperature", [&] { a.temperature = f.real(); }},
   };
-  for (; i < argc; ++i) {
-    const auto it = flags.find(argv[i]);
-    if (it == flags.end()) {
-      throw std::invalid_argument(std::string("unknown flag ") + argv[i] + " (see the top of train_gpt.cpp)");
-    }
-    it->second();
-  }
+  f.parse(flags);
   if (!a.text.empty()) a.model.vocab = 256;  // bytes
   if (a.batch < 1 || a.seq < 1 || a.steps < 1 || a.accum < 1)
     throw std::invalid_argument("--batch, --seq, --steps and --accum must be at least 1");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/byte_text.h"
+#include "common/flags.h"
 
 namespace nb = nabla;
 namespace models = nabla::nn::models;
@@ -51,12 +52,7 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  int i = 1;
-  auto value = [&]() -> std::string {
-    if (i + 1 >= argc) throw std::invalid_argument(std::string(argv[i]) + " needs a value");
-    return argv[++i];
-  };
-  auto number = [&] { return std::stoll(value()); };
+  examples::Flags f(argc, argv, "train_llama.cpp");
   const std::map<std::string, std::function<void()>> flags = {
       {"--tiny",
        [&] {
@@ -64,31 +60,25 @@ Args parse(int argc, char** argv) {
          a.model.hidden = 128;
          a.model.context = 64, a.batch = 8, a.seq = 64, a.lr = 3e-3;
        }},
-      {"--text", [&] { a.text = value(); }},
-      {"--device", [&] { a.device = value(); }},
-      {"--steps", [&] { a.steps = number(); }},
-      {"--batch", [&] { a.batch = number(); }},
-      {"--seq", [&] { a.seq = number(); }},
-      {"--layers", [&] { a.model.layers = number(); }},
-      {"--width", [&] { a.model.width = number(); }},
-      {"--heads", [&] { a.model.heads = number(); }},
-      {"--kv-heads", [&] { a.model.kv_heads = number(); }},
-      {"--hidden", [&] { a.model.hidden = number(); }},
-      {"--lr", [&] { a.lr = std::stod(value()); }},
-      {"--save", [&] { a.save = value(); }},
-      {"--load", [&] { a.load = value(); }},
-      {"--prompt", [&] { a.prompt = value(); }},
-      {"--sample", [&] { a.sample = number(); }},
-      {"--temperature", [&] { a.temperature = std::stod(value()); }},
-      {"--top-p", [&] { a.top_p = std::stod(value()); }},
+      {"--text", [&] { a.text = f.text(); }},
+      {"--device", [&] { a.device = f.text(); }},
+      {"--steps", [&] { a.steps = f.whole(); }},
+      {"--batch", [&] { a.batch = f.whole(); }},
+      {"--seq", [&] { a.seq = f.whole(); }},
+      {"--layers", [&] { a.model.layers = f.whole(); }},
+      {"--width", [&] { a.model.width = f.whole(); }},
+      {"--heads", [&] { a.model.heads = f.whole(); }},
+      {"--kv-heads", [&] { a.model.kv_heads = f.whole(); }},
+      {"--hidden", [&] { a.model.hidden = f.whole(); }},
+      {"--lr", [&] { a.lr = f.real(); }},
+      {"--save", [&] { a.save = f.text(); }},
+      {"--load", [&] { a.load = f.text(); }},
+      {"--prompt", [&] { a.prompt = f.text(); }},
+      {"--sample", [&] { a.sample = f.whole(); }},
+      {"--temperature", [&] { a.temperature = f.real(); }},
+      {"--top-p", [&] { a.top_p = f.real(); }},
   };
-  for (; i < argc; ++i) {
-    const auto it = flags.find(argv[i]);
-    if (it == flags.end())
-      throw std::invalid_argument(std::string("unknown flag ") + argv[i] +
-                                  " (see the top of train_llama.cpp)");
-    it->second();
-  }
+  f.parse(flags);
   if (a.batch < 1 || a.seq < 2 || a.steps < 0 || a.sample < 0)
     throw std::invalid_argument("--batch must be >= 1, --seq >= 2, --steps and --sample >= 0");
   if (a.prompt.empty()) throw std::invalid_argument("--prompt must hold at least one byte");

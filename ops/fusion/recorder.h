@@ -41,7 +41,7 @@ class Recorder final : public DeferredLaunches {
   bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 
   // A launch of something that is not pointwise, held until the next flush so that a ReLU read
-  // first may fold into it (Note [Batch norm and its ReLU] in recorder.cpp). `run(dst, relu, residual)`
+  // first may fold into it (Note [Batch norm and its ReLU] in recorder_held.cpp). `run(dst, relu, residual)`
   // writes the values of `out`, or with relu their ReLU (of their sum with a defined residual),
   // into dst (out itself, or the ReLU's result). What is held is flushed first; false where the launch cannot
   // be held (the caller then launches it as usual).

@@ -68,7 +68,7 @@ class Region {
   void mark_live_out(int value) { values_.at(static_cast<size_t>(value)).live_out = true; }
   // Makes a result an input: its op is dropped, and the value is read from memory as given.
   // For work done outside the region that writes the value itself (Note [Batch norm and its
-  // ReLU] in recorder.cpp). Values keep their numbers.
+  // ReLU] in recorder_held.cpp). Values keep their numbers.
   void detach(int value);
 
   const std::vector<Value>& values() const { return values_; }

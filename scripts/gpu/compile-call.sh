@@ -13,7 +13,10 @@
 # --plain --cuda-graph --compare-pytorch (the user guide's GPT-2, fused); llamazoo = nabla-bench llama
 # --model zoo, graphed and fused, and eager; generate = nabla-bench generate --compare-pytorch.
 # gqa = the plain LLaMA with enable_gqa and with --repeat-kv; plainab = the plain ResNet-50 from
-# the base build and this one (fused and not) and the model zoo's. Logs under $OUT; a table last.
+# the base build and this one (fused and not) and the model zoo's; llamatrace = kernel timelines
+# of the plain LLaMA's graphed, fused step (CUPTI; the bundle must carry
+# tools/libnabla_cupti_trace.so and tools/libcupti.so.13) and of torch.compile's step
+# (torch.profiler), summarized by kind of kernel side by side. Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -79,6 +82,19 @@ if has llama; then
   NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
 fi
+if has llamatrace; then
+  # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
+  NABLA_FUSION=1 NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
+    llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/llama_trace_nabla.log" 2>&1
+  timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
+    --trace "$out/llama-torch-%m.csv" > "$out/llama_trace_torch.log" 2>&1
+  {
+    f=$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)
+    [[ -n $f ]] && python3 tools/cupti_trace/summarize.py --marker adam_kernel --gap-ms 5 --categories --top 30 "$f"
+    [[ -f $out/llama-torch-compile.csv ]] && python3 tools/cupti_trace/summarize.py --marker Adam --gap-ms 5 \
+      --categories --top 30 "$out/llama-torch-compile.csv"
+  } > "$out/llama_trace_summary.txt" 2>&1
+fi
 if has llamazoo; then
   # nn::models::Llama at the same shapes (RotaryCache's kernel, grouped-query attention).
   NABLA_FUSION=1 llama 150 --model zoo --cuda-graph > "$out/llama_zoo_graph_fuse1.log" 2>&1
@@ -135,6 +151,7 @@ for log in "$out"/llama_*.log "$out"/gptplain_*.log; do
   [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -E '^(nabla|PyTorch|torch\.compile)' "$log"
 done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
+[[ -f $out/llama_trace_summary.txt ]] && grep -v '^ .* us  ' "$out/llama_trace_summary.txt"
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"

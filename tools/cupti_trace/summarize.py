@@ -6,12 +6,41 @@ kernels on other streams (communication), and the kernels that take the most tim
   tools/cupti_trace/summarize.py --marker unscale_kernel trace-123.csv [trace-456.csv ...]
 
 Steps run from one start of a kernel whose name contains --marker to the next (nabla's GradScaler
-unscale kernel by default: once per fp16 step); the last --steps of them are summarized.
+unscale kernel by default: once per fp16 step); the last --steps of them are summarized. Where the
+marker's kernel runs several times a step (an optimizer over several tensor tables), --gap-ms
+counts a marker as a new step only that long after the previous step's start. --categories adds
+each step's time by kind of kernel (matrix products, attention, generated, ...), so that two
+frameworks' steps compare by category: bench/pytorch/torch_llama.py --trace writes PyTorch's
+kernels in this CSV format.
 """
 import argparse
 import collections
 import csv
+import re
 import statistics
+
+# Kinds of kernel, first match wins: (category, pattern of the kernel's name). Generated kernels
+# come first: Triton's names list the ops they fused ("triton_per_fused__to_copy_add_mean_...").
+CATEGORIES = [
+    ("generated (fused pointwise)", r"^nabla_fused|^triton_"),
+    ("attention", r"flash|fmha|sdpa|attention|attn"),
+    ("convolution", r"conv(?!ert)|implicit|wgrad|dgrad|fprop"),
+    ("matrix product", r"gemm|nvjet|cutlass|xmma|sm90_|sm80_|cublas|matmul|splitK|splitk"),
+    ("optimizer", r"adam|sgd|multi_tensor|foreach|sum_of_squares|scale_kernel"),
+    ("normalization", r"norm"),
+    ("loss and softmax", r"cross_entropy|softmax|nll|log_softmax"),
+    ("copy, cast and fill", r"copy|cast|convert|fill|memcpy|memset|cat_|CatArray"),
+    ("embedding and indexing", r"embedding|index|gather|scatter"),
+    ("reduction", r"reduce|sum|mean"),
+    ("elementwise", r"elementwise|vectorized|unrolled|pointwise|binary|unary"),
+]
+
+
+def category(name):
+    for label, pattern in CATEGORIES:
+        if re.search(pattern, name, re.IGNORECASE):
+            return label
+    return "other"
 
 
 def load(path):
@@ -23,7 +52,15 @@ def load(path):
     return rows
 
 
-def summarize(path, marker, steps, top):
+def step_starts(rows, marker, gap_ns):
+    starts = []
+    for _, _, start, _, name in rows:
+        if marker in name and (not starts or start - starts[-1] >= gap_ns):
+            starts.append(start)
+    return starts
+
+
+def summarize(path, marker, steps, top, gap_ms=0.0, categories=False):
     rows = load(path)
     by_stream = collections.Counter()
     for _, stream, start, end, _ in rows:
@@ -32,7 +69,7 @@ def summarize(path, marker, steps, top):
         print(f"{path}: no records")
         return
     compute = by_stream.most_common(1)[0][0]
-    marks = [start for _, _, start, _, name in rows if marker in name][-(steps + 1):]
+    marks = step_starts(rows, marker, int(gap_ms * 1e6))[-(steps + 1):]
     if len(marks) < 2:
         print(f"{path}: fewer than two '{marker}' kernels; pick another --marker")
         return
@@ -51,6 +88,13 @@ def summarize(path, marker, steps, top):
     print(f"  step {statistics.median(periods) / 1e6:.3f} ms (median), compute busy {busy / n / 1e6:.3f} ms, "
           f"gaps {sum(gaps) / n / 1e6:.3f} ms (median gap {statistics.median(gaps) / 1e3:.2f} us), "
           f"other streams {other / n / 1e3:.1f} us")
+    if categories:
+        by_category = collections.Counter()
+        for name, t in per_kernel.items():
+            by_category[category(name)] += t
+        print("  by category (ms per step):")
+        for label, t in by_category.most_common():
+            print(f"  {t / n / 1e6:9.3f} ms  {label}")
     for name, t in per_kernel.most_common(top):
         print(f"  {t / n / 1e3:9.1f} us  {name}")
 
@@ -61,9 +105,12 @@ def main():
     parser.add_argument("--marker", default="unscale_kernel", help="a kernel name part that starts each step")
     parser.add_argument("--steps", type=int, default=10, help="summarize the last this many steps")
     parser.add_argument("--top", type=int, default=10, help="list this many of the most expensive kernels")
+    parser.add_argument("--gap-ms", type=float, default=0.0,
+                        help="a marker kernel starts a new step only this long after the last step began")
+    parser.add_argument("--categories", action="store_true", help="also each step's time by kind of kernel")
     args = parser.parse_args()
     for path in args.files:
-        summarize(path, args.marker, args.steps, args.top)
+        summarize(path, args.marker, args.steps, args.top, args.gap_ms, args.categories)
 
 
 if __name__ == "__main__":

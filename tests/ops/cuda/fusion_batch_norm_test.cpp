@@ -1,5 +1,5 @@
 // A training batch norm and the ReLU after it, folded by the step compiler (Note [Batch norm and
-// its ReLU] in ops/fusion/recorder.cpp), on the GPU: relu(bn(x)) read by a convolution, run
+// its ReLU] in ops/fusion/recorder_held.cpp), on the GPU: relu(bn(x)) read by a convolution, run
 // forward and backward in a FusionScope, gives eager mode's output, running statistics and
 // gradients, while the batch norm's kernels take in the ReLU's forward and its backward; an
 // output someone else still reads is written and nothing is folded.

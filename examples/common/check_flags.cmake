@@ -1,0 +1,20 @@
+# example.flags_name_bad_values: each example, given a bad flag value, must fail with an error
+# that names the flag and the value (examples/common/flags.h), before it reads or trains anything.
+function(expect_error program expected)
+  execute_process(COMMAND ${program} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0)
+    message(FATAL_ERROR "${program} ${ARGN} succeeded; it should have failed with: ${expected}")
+  endif()
+  string(FIND "${out}${err}" "${expected}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${program} ${ARGN} printed\n${out}${err}\nwhich does not say: ${expected}")
+  endif()
+endfunction()
+
+expect_error(${GPT} "--steps needs a whole number, got '3k'" --tiny --steps 3k)
+expect_error(${GPT} "--lr needs a number, got 'fast'" --lr fast)
+expect_error(${GPT} "--batch needs a value" --batch)
+expect_error(${GPT} "unknown flag --epochs" --epochs 3)
+expect_error(${LLAMA} "--kv-heads needs a whole number, got '2.5'" --tiny --kv-heads 2.5)
+expect_error(${LLAMA} "--top-p needs a number, got '0.9x'" --top-p 0.9x)
+expect_error(${LLAMA} "--seq needs a whole number, got '99999999999999999999'" --seq 99999999999999999999)
