@@ -80,18 +80,19 @@ def run(mode):
     print(json.dumps({"bench": "llama", **row, "mode": mode}) if a.json else row, flush=True)
     if a.trace: trace(step, a.trace.replace("%m", mode))
 def trace(step, path):
-    import csv, os, tempfile
+    import csv, decimal, os, tempfile
     from torch.profiler import profile, ProfilerActivity
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(a.trace_steps): step()
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as d:
         chrome = os.path.join(d, "trace.json"); prof.export_chrome_trace(chrome)
-        events = json.load(open(chrome))["traceEvents"]
+        # Decimal: "ts" may be microseconds since the epoch, past a double's nanosecond precision.
+        with open(chrome) as f: events = json.load(f, parse_float=decimal.Decimal)["traceEvents"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f); w.writerow(["kind", "stream", "start_ns", "end_ns", "name"])
         for e in events:
             if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
-                start = int(float(e["ts"]) * 1000)
-                w.writerow([e["cat"], e.get("args", {}).get("stream", 0), start, start + int(float(e["dur"]) * 1000), e["name"]])
+                start = int(decimal.Decimal(e["ts"]) * 1000)
+                w.writerow([e["cat"], e.get("args", {}).get("stream", 0), start, start + int(decimal.Decimal(e["dur"]) * 1000), e["name"]])
 for md in a.modes.split(","): run(md)

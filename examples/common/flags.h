@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace examples {
 
@@ -54,8 +56,8 @@ class Flags {
     char* end = nullptr;
     errno = 0;
     const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0' || errno == ERANGE) {
-      throw std::invalid_argument(flag + " needs a number, got '" + v + "'");
+    if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) {
+      throw std::invalid_argument(flag + " needs a finite number, got '" + v + "'");
     }
     return x;
   }

@@ -85,14 +85,21 @@ fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
   NABLA_FUSION=1 NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
-    llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/llama_trace_nabla.log" 2>&1
+    llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
-    --trace "$out/llama-torch-%m.csv" > "$out/llama_trace_torch.log" 2>&1
+    --trace "$out/llama-torch-%m.csv" > "$out/trace_llama_torch.log" 2>&1
   {
     f=$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)
-    [[ -n $f ]] && python3 tools/cupti_trace/summarize.py --marker adam_kernel --gap-ms 5 --categories --top 30 "$f"
-    [[ -f $out/llama-torch-compile.csv ]] && python3 tools/cupti_trace/summarize.py --marker Adam --gap-ms 5 \
-      --categories --top 30 "$out/llama-torch-compile.csv"
+    if [[ -n $f ]]; then
+      python3 tools/cupti_trace/summarize.py --marker adam_kernel --gap-ms 5 --categories --top 30 "$f"
+    else
+      echo "no nabla trace: see trace_llama_nabla.log"
+    fi
+    if [[ -f $out/llama-torch-compile.csv ]]; then
+      python3 tools/cupti_trace/summarize.py --marker Adam --gap-ms 5 --categories --top 30 "$out/llama-torch-compile.csv"
+    else
+      echo "no PyTorch trace: see trace_llama_torch.log"
+    fi
   } > "$out/llama_trace_summary.txt" 2>&1
 fi
 if has llamazoo; then

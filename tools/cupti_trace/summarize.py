@@ -16,6 +16,7 @@ kernels in this CSV format.
 import argparse
 import collections
 import csv
+import pathlib
 import re
 import statistics
 
@@ -29,27 +30,48 @@ CATEGORIES = [
     ("optimizer", r"adam|sgd|multi_tensor|foreach|sum_of_squares|scale_kernel"),
     ("normalization", r"norm"),
     ("loss and softmax", r"cross_entropy|softmax|nll|log_softmax"),
-    ("copy, cast and fill", r"copy|cast|convert|fill|memcpy|memset|cat_|CatArray"),
+    ("copy, cast and fill", r"copy|(?<!broad)(?<!multi)cast|convert|fill|memcpy|memset|cat_|CatArray"),
     ("embedding and indexing", r"embedding|index|gather|scatter"),
     ("reduction", r"reduce|sum|mean"),
     ("elementwise", r"elementwise|vectorized|unrolled|pointwise|binary|unary"),
 ]
 
 
-def category(name):
+# nabla's own kernels have plain names in anonymous namespaces (forward_kernel, apply_kernel), so
+# their kind is the folder of ops/cuda/ that defines them, read from the source tree when this
+# runs in the repository.
+FOLDER_CATEGORIES = {
+    "attention": "attention", "norm": "normalization", "batch_norm": "normalization",
+    "loss": "loss and softmax", "rotary": "elementwise", "elementwise": "elementwise",
+    "reduce": "reduction", "indexing": "embedding and indexing", "conv": "convolution",
+    "linalg": "matrix product", "fusion": "generated (fused pointwise)",
+}
+KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)")
+
+
+def nabla_kernels():
+    kernels = {}
+    root = pathlib.Path(__file__).resolve().parents[2] / "ops" / "cuda"
+    for folder, label in FOLDER_CATEGORIES.items():
+        for source in sorted((root / folder).glob("*.cu*")):
+            for name in KERNEL.findall(source.read_text(errors="replace")):
+                kernels.setdefault(name, label)
+    return kernels
+
+
+NABLA_KERNELS = nabla_kernels()
+
+
+def category(name, kind="kernel"):
+    if kind in ("memcpy", "memset", "gpu_memcpy", "gpu_memset"):
+        return "copy, cast and fill"
     for label, pattern in CATEGORIES:
         if re.search(pattern, name, re.IGNORECASE):
             return label
+    for kernel, label in NABLA_KERNELS.items():
+        if f"{len(kernel)}{kernel}" in name or name == kernel:  # a mangled name, or a plain one
+            return label
     return "other"
-
-
-def load(path):
-    rows = []
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            rows.append((r["kind"], int(r["stream"]), int(r["start_ns"]), int(r["end_ns"]), r["name"]))
-    rows.sort(key=lambda r: r[2])
-    return rows
 
 
 def step_starts(rows, marker, gap_ns):
@@ -76,22 +98,22 @@ def summarize(path, marker, steps, top, gap_ms=0.0, categories=False):
     n = len(marks) - 1
     periods, busy, gaps, other = [], 0, [], 0
     per_kernel = collections.Counter()
+    by_category = collections.Counter()
     for lo, hi in zip(marks, marks[1:]):
         periods.append(hi - lo)
         mine = [r for r in rows if lo <= r[2] < hi and r[1] == compute]
         busy += sum(end - start for _, _, start, end, _ in mine)
         gaps += [b[2] - a[3] for a, b in zip(mine, mine[1:])]
         other += sum(r[3] - r[2] for r in rows if lo <= r[2] < hi and r[1] != compute)
-        for _, _, start, end, name in mine:
+        for kind, _, start, end, name in mine:
             per_kernel[name[:110]] += end - start
+            if categories:
+                by_category[category(name, kind)] += end - start
     print(f"{path}: {n} steps, compute stream {compute}")
     print(f"  step {statistics.median(periods) / 1e6:.3f} ms (median), compute busy {busy / n / 1e6:.3f} ms, "
           f"gaps {sum(gaps) / n / 1e6:.3f} ms (median gap {statistics.median(gaps) / 1e3:.2f} us), "
           f"other streams {other / n / 1e3:.1f} us")
     if categories:
-        by_category = collections.Counter()
-        for name, t in per_kernel.items():
-            by_category[category(name)] += t
         print("  by category (ms per step):")
         for label, t in by_category.most_common():
             print(f"  {t / n / 1e6:9.3f} ms  {label}")
