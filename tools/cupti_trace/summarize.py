@@ -74,6 +74,15 @@ def category(name, kind="kernel"):
     return "other"
 
 
+def load(path):
+    rows = []
+    with open(path) as f:
+        for r in csv.DictReader(f):
+            rows.append((r["kind"], int(r["stream"]), int(r["start_ns"]), int(r["end_ns"]), r["name"]))
+    rows.sort(key=lambda r: r[2])
+    return rows
+
+
 def step_starts(rows, marker, gap_ns):
     starts = []
     for _, _, start, _, name in rows:
