@@ -93,6 +93,6 @@ def trace(step, path):
         w = csv.writer(f); w.writerow(["kind", "stream", "start_ns", "end_ns", "name"])
         for e in events:
             if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e:
-                start = int(decimal.Decimal(e["ts"]) * 1000)
-                w.writerow([e["cat"], e.get("args", {}).get("stream", 0), start, start + int(decimal.Decimal(e["dur"]) * 1000), e["name"]])
+                start = int(e["ts"] * 1000)  # an int or a Decimal, exact either way
+                w.writerow([e["cat"], e.get("args", {}).get("stream", 0), start, start + int(e["dur"] * 1000), e["name"]])
 for md in a.modes.split(","): run(md)

@@ -88,18 +88,16 @@ if has llamatrace; then
     llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
     --trace "$out/llama-torch-%m.csv" > "$out/trace_llama_torch.log" 2>&1
+  summary() {  # summary CSV MARKER LOG: one timeline by kind of kernel, or where its run's log is
+    if [[ -f $1 ]]; then
+      python3 tools/cupti_trace/summarize.py --marker "$2" --gap-ms 5 --categories --top 30 "$1"
+    else
+      echo "no trace: see $3"
+    fi
+  }
   {
-    f=$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)
-    if [[ -n $f ]]; then
-      python3 tools/cupti_trace/summarize.py --marker adam_kernel --gap-ms 5 --categories --top 30 "$f"
-    else
-      echo "no nabla trace: see trace_llama_nabla.log"
-    fi
-    if [[ -f $out/llama-torch-compile.csv ]]; then
-      python3 tools/cupti_trace/summarize.py --marker Adam --gap-ms 5 --categories --top 30 "$out/llama-torch-compile.csv"
-    else
-      echo "no PyTorch trace: see trace_llama_torch.log"
-    fi
+    summary "$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)" adam_kernel trace_llama_nabla.log
+    summary "$out/llama-torch-compile.csv" Adam trace_llama_torch.log
   } > "$out/llama_trace_summary.txt" 2>&1
 fi
 if has llamazoo; then

@@ -16,6 +16,7 @@ kernels in this CSV format.
 import argparse
 import collections
 import csv
+import functools
 import pathlib
 import re
 import statistics
@@ -62,6 +63,7 @@ def nabla_kernels():
 NABLA_KERNELS = nabla_kernels()
 
 
+@functools.lru_cache(maxsize=None)  # a step repeats its kernels: each name is matched once
 def category(name, kind="kernel"):
     if kind in ("memcpy", "memset", "gpu_memcpy", "gpu_memset"):
         return "copy, cast and fill"
