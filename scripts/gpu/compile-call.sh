@@ -16,7 +16,8 @@
 # the base build and this one (fused and not) and the model zoo's; llamatrace = kernel timelines
 # of the plain LLaMA's graphed, fused step (CUPTI; the bundle must carry
 # tools/libnabla_cupti_trace.so and tools/libcupti.so.13) and of torch.compile's step
-# (torch.profiler), summarized by kind of kernel side by side. Logs under $OUT; a table last.
+# (torch.profiler), summarized by kind of kernel side by side; probe = where nvJPEG is on the
+# machine (issue 47). Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -84,7 +85,8 @@ if has llama; then
 fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
-  NABLA_FUSION=1 NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
+  NABLA_FUSION=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" \
+    LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
     --trace "$out/llama-torch-%m.csv" > "$out/trace_llama_torch.log" 2>&1
@@ -124,6 +126,16 @@ if has generate; then
   timeout 280 "$x/apps/nabla-bench" generate --compare-pytorch > "$out/generate.log" 2>&1
   echo "generate rc=$?" >> "$out/rc"
 fi
+if has probe; then
+  # Issue 47: where the GPU machine keeps nvJPEG (its toolkit, or the nvidia/ wheels beside PyTorch).
+  {
+    ls -la /usr/local/cuda/lib64/libnvjpeg* /usr/local/cuda/include/nvjpeg.h 2>&1
+    ldconfig -p | grep -i nvjpeg
+    find / -xdev \( -name 'libnvjpeg*' -o -name 'nvjpeg.h' \) 2>/dev/null | head -20
+    python3 -c 'import torch, torchvision; print(torch.__version__, torchvision.__version__)' 2>&1
+    nproc
+  } > "$out/probe_nvjpeg.txt" 2>&1
+fi
 if has ab; then
   # Issue 45's before/after: the commit before it (build/gpu-base) against this build, in turns,
   # ROUNDS times; this build's ResNet-50 fp16 also with the step compiler off.
@@ -157,6 +169,7 @@ for log in "$out"/llama_*.log "$out"/gptplain_*.log; do
 done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
 [[ -f $out/llama_trace_summary.txt ]] && grep -v '^ .* us  ' "$out/llama_trace_summary.txt"
+[[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
