@@ -12,6 +12,7 @@
 // every block input.
 #include "nabla/ops/autograd/engine.h"
 
+#include <cstdio>
 #include <limits>
 #include <queue>
 #include <unordered_map>
@@ -20,6 +21,7 @@
 #include "nabla/core/autograd/grad_mode.h"
 #include "nabla/core/profiler.h"
 #include "nabla/ops/autograd/detail/nodes.h"
+#include "nabla/ops/autograd/detail/saved_report.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -107,6 +109,9 @@ class GraphTask {
   explicit GraphTask(const std::vector<Edge>& roots) { count_dependencies(roots); }
 
   void run(Roots roots, bool release_saved) {
+    // NABLA_SAVED_REPORT: the saved set, and the node where the device's memory peaks.
+    const bool report = detail::saved_report_enabled() && !roots.grads.empty() && roots.grads[0].defined();
+    if (report) detail::begin_backward(roots.grads[0].device());
     for (size_t i = 0; i < roots.edges.size(); ++i)
       add_to_buffer(roots.edges[i].node.get(), roots.edges[i].input_nr, std::move(roots.grads[i]));
     for (const auto& e : roots.edges) {
@@ -144,7 +149,9 @@ class GraphTask {
       }
       if (release_saved) node->release_saved();
       send_outputs(node, std::move(outputs));
+      if (report) detail::after_node(node->name());
     }
+    if (report) std::fputs(detail::end_backward().c_str(), stderr);
   }
 
  private:

@@ -2,6 +2,7 @@
 #include "nabla/ops/autograd/function.h"
 
 #include "nabla/ops/autograd/detail/nodes.h"
+#include "nabla/ops/autograd/detail/saved_report.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/elementwise.h"
 #include "nabla/ops/factory.h"
@@ -43,7 +44,11 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
   saved.reserve(save.size());
   // In a compiled step a saved pointwise value may be kept as its recipe (Note [Recomputed saved
   // values] in ops/fusion/recompute.cpp).
-  for (const auto& t : save) saved.emplace_back(t, ops::fusion::recompute_for_backward(t));
+  for (const auto& t : save) {
+    auto recipe = ops::fusion::recompute_for_backward(t);
+    if (detail::saved_report_enabled()) detail::note_saved(name, t, recipe != nullptr);
+    saved.emplace_back(t, std::move(recipe));
+  }
   std::vector<bool> needs(inputs.size());
   std::vector<TensorMeta> input_meta(inputs.size()), output_meta(outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {

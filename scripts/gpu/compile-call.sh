@@ -85,7 +85,7 @@ if has llama; then
 fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
-  NABLA_FUSION=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" \
+  NABLA_FUSION=1 NABLA_SAVED_REPORT=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" \
     LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
@@ -169,6 +169,8 @@ for log in "$out"/llama_*.log "$out"/gptplain_*.log; do
 done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
 [[ -f $out/llama_trace_summary.txt ]] && grep -v '^ .* us  ' "$out/llama_trace_summary.txt"
+# The fused step's saved set (the capture's backward: the last report) and where its peak is.
+[[ -f $out/trace_llama_nabla.log ]] && tac "$out/trace_llama_nabla.log" | grep -m1 -B30 '^NABLA_SAVED_REPORT' | tac | head -24
 [[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do

@@ -1,0 +1,149 @@
+// NABLA_SAVED_REPORT: the saved tensors of a step and the node of its backward's peak (see
+// ops/autograd/detail/saved_report.h).
+#include "nabla/ops/autograd/detail/saved_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "nabla/core/memory_category.h"
+
+namespace nabla::autograd::detail {
+
+namespace {
+
+struct Saved {
+  const char* node;
+  std::weak_ptr<Storage> storage;  // weak: noting a save must not keep its memory alive
+  size_t bytes;
+  DType dtype;
+  Shape sizes;
+  bool recipe;
+};
+
+struct State {
+  std::vector<Saved> saved;
+  std::string saved_table;  // the saved set, summed when the backward began
+  Device device;
+  size_t start_bytes = 0, peak_before = 0, peak = 0;
+  std::string peak_node;  // empty: the backward never passed the peak before it
+  int nodes = 0, peak_index = 0;
+};
+
+thread_local State t_state;
+std::optional<bool> g_enabled;  // set by a test, else the environment's
+
+// "896 B", "12.5 KiB", "48.0 MiB", "1.25 GiB".
+std::string size_str(size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB"};
+  double v = static_cast<double>(bytes) / 1024;
+  int u = 0;
+  for (; v >= 1024 && u < 2; ++u) v /= 1024;
+  return fmt::format("{:.{}f} {}", v, u == 2 ? 2 : 1, units[u]);
+}
+
+// The saved set still alive, each storage once, summed by (node, dtype, shape), largest first.
+std::string summarize(const std::vector<Saved>& saved) {
+  std::set<const Storage*> seen;
+  std::map<std::tuple<std::string, std::string, std::string>, std::pair<int, size_t>> rows;
+  size_t total = 0;
+  int recipes = 0, shared = 0;
+  for (const Saved& s : saved) {
+    if (s.recipe) {
+      ++recipes;
+      continue;
+    }
+    const std::shared_ptr<Storage> storage = s.storage.lock();
+    if (!storage) continue;
+    if (!seen.insert(storage.get()).second) {
+      ++shared;
+      continue;
+    }
+    auto& row = rows[{s.node, std::string(dtype_name(s.dtype)), shape_str(s.sizes)}];
+    ++row.first;
+    row.second += s.bytes;
+    total += s.bytes;
+  }
+  std::vector<std::pair<size_t, std::string>> lines;
+  for (const auto& [key, row] : rows) {
+    const auto& [node, dtype, shape] = key;
+    lines.emplace_back(row.second, fmt::format("  {:>10}  {:>4} x {:<28} {:<9} {}\n", size_str(row.second),
+                                               row.first, node, dtype, shape));
+  }
+  std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string out = fmt::format(
+      "saved for backward: {} in {} storages ({} more saves share one of them; {} values kept "
+      "as recipes, no memory)\n",
+      size_str(total), seen.size(), shared, recipes);
+  for (const auto& line : lines) out += line.second;
+  return out;
+}
+
+}  // namespace
+
+bool saved_report_enabled() {
+  if (g_enabled) return *g_enabled;
+  static const bool from_env = [] {
+    const char* v = std::getenv("NABLA_SAVED_REPORT");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return from_env;
+}
+
+void set_saved_report(bool enabled) {
+  g_enabled = enabled;
+  t_state = State{};
+}
+
+void note_saved(const char* node, const Tensor& t, bool recipe) {
+  if (!t.defined()) return;
+  t_state.saved.push_back({node, t.storage(), t.storage()->nbytes(), t.dtype(), t.sizes(), recipe});
+}
+
+void begin_backward(Device device) {
+  State& s = t_state;
+  s.saved_table = summarize(s.saved);
+  s.saved.clear();
+  s.device = device;
+  const MemoryCategoryStats stats = memory_category_stats(device);
+  s.start_bytes = stats.total;
+  s.peak_before = s.peak = stats.peak_total;
+  s.peak_node.clear();
+  s.nodes = s.peak_index = 0;
+}
+
+void after_node(const std::string& node) {
+  State& s = t_state;
+  ++s.nodes;
+  const size_t peak = memory_category_stats(s.device).peak_total;
+  if (peak > s.peak) {
+    s.peak = peak;
+    s.peak_node = node;
+    s.peak_index = s.nodes;
+  }
+}
+
+std::string end_backward() {
+  State& s = t_state;
+  std::string out = fmt::format("NABLA_SAVED_REPORT, backward on {}: {} allocated when it began; ",
+                                s.device.str(), size_str(s.start_bytes));
+  if (s.peak_node.empty())
+    out += fmt::format("peak {}, reached before the backward (it never grew past it)\n",
+                       size_str(s.peak_before));
+  else
+    out += fmt::format("peak {} (before it: {}), reached in node {} of {}, {}\n", size_str(s.peak),
+                       size_str(s.peak_before), s.peak_index, s.nodes, s.peak_node);
+  out += s.saved_table;
+  s.saved_table.clear();
+  return out;
+}
+
+}  // namespace nabla::autograd::detail
