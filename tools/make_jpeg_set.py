@@ -91,6 +91,8 @@ def main():
                         help="ImageNet-sized files (about 110 kB): sizes, quality and grain drawn as above")
     parser.add_argument("--grain", type=float, default=8.0, help="--imagenet: noise in levels of 255 (0: none)")
     args = parser.parse_args()
+    if args.grain < 0:
+        sys.exit(f"--grain must be at least 0, got {args.grain}")
     try:
         from PIL import Image
     except ImportError:
@@ -135,8 +137,6 @@ def make_imagenet(args, photos):
         import numpy as np
     except ImportError:
         sys.exit("make_jpeg_set.py --imagenet needs numpy: run it with /usr/bin/python3 (Debian's python3-numpy)")
-    if args.grain < 0:
-        sys.exit(f"--grain must be at least 0, got {args.grain}")
     rng, np_rng = random.Random(args.seed), np.random.default_rng(args.seed)
     images = [Image.open(photo).convert("RGB") for photo in photos]
     n = 0

@@ -109,7 +109,10 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
   }
   if (device.is_cuda()) {
     cuda::synchronize();
-    if (!o.cuda_graph) cuda::reset_peak_memory_stats();
+    if (!o.cuda_graph) {
+      warmup_peak = cuda::max_memory_allocated();
+      cuda::reset_peak_memory_stats();
+    }
   }
   const double warmup_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count();

@@ -12,8 +12,8 @@
 // every block input.
 #include "nabla/ops/autograd/engine.h"
 
-#include <cstdio>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <unordered_map>
 
@@ -110,8 +110,9 @@ class GraphTask {
 
   void run(Roots roots, bool release_saved) {
     // NABLA_SAVED_REPORT: the saved set, and the node where the device's memory peaks.
-    const bool report = detail::saved_report_enabled() && !roots.grads.empty() && roots.grads[0].defined();
-    if (report) detail::begin_backward(roots.grads[0].device());
+    std::optional<detail::BackwardReport> report;
+    if (detail::saved_report_enabled() && !roots.grads.empty() && roots.grads[0].defined())
+      report.emplace(roots.grads[0].device());
     for (size_t i = 0; i < roots.edges.size(); ++i)
       add_to_buffer(roots.edges[i].node.get(), roots.edges[i].input_nr, std::move(roots.grads[i]));
     for (const auto& e : roots.edges) {
@@ -149,9 +150,8 @@ class GraphTask {
       }
       if (release_saved) node->release_saved();
       send_outputs(node, std::move(outputs));
-      if (report) detail::after_node(node->name());
+      if (report) report->after_node(node->name());
     }
-    if (report) std::fputs(detail::end_backward().c_str(), stderr);
   }
 
  private:

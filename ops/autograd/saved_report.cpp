@@ -5,10 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -20,6 +22,7 @@ namespace nabla::autograd::detail {
 namespace {
 
 struct Saved {
+  const char* leaf;  // "(a leaf) " for parameters and inputs, else ""
   const char* node;
   std::weak_ptr<Storage> storage;  // weak: noting a save must not keep its memory alive
   size_t bytes;
@@ -35,10 +38,12 @@ struct State {
   size_t start_bytes = 0, peak_before = 0, peak = 0;
   std::string peak_node;  // empty: the backward never passed the peak before it
   int nodes = 0, peak_index = 0;
+  bool tracked = true;  // false: the allocator does not count (the native CUDA backend)
+  bool in_backward = false;
 };
 
 thread_local State t_state;
-std::optional<bool> g_enabled;  // set by a test, else the environment's
+std::atomic<int> g_enabled{-1};  // set by a test (0 or 1), else -1: the environment's
 
 // "896 B", "12.5 KiB", "48.0 MiB", "1.25 GiB".
 std::string size_str(size_t bytes) {
@@ -67,7 +72,7 @@ std::string summarize(const std::vector<Saved>& saved) {
       ++shared;
       continue;
     }
-    auto& row = rows[{s.node, std::string(dtype_name(s.dtype)), shape_str(s.sizes)}];
+    auto& row = rows[{std::string(s.leaf) + s.node, std::string(dtype_name(s.dtype)), shape_str(s.sizes)}];
     ++row.first;
     row.second += s.bytes;
     total += s.bytes;
@@ -90,7 +95,7 @@ std::string summarize(const std::vector<Saved>& saved) {
 }  // namespace
 
 bool saved_report_enabled() {
-  if (g_enabled) return *g_enabled;
+  if (const int set = g_enabled.load(std::memory_order_relaxed); set >= 0) return set == 1;
   static const bool from_env = [] {
     const char* v = std::getenv("NABLA_SAVED_REPORT");
     return v != nullptr && *v != '\0' && std::string(v) != "0";
@@ -99,28 +104,36 @@ bool saved_report_enabled() {
 }
 
 void set_saved_report(bool enabled) {
-  g_enabled = enabled;
+  g_enabled.store(enabled ? 1 : 0, std::memory_order_relaxed);
   t_state = State{};
 }
 
 void note_saved(const char* node, const Tensor& t, bool recipe) {
   if (!t.defined()) return;
-  t_state.saved.push_back({node, t.storage(), t.storage()->nbytes(), t.dtype(), t.sizes(), recipe});
+  // A leaf that requires grad is a parameter (or an input): kept by the model anyway.
+  const bool leaf = t.requires_grad() && !t.grad_fn();
+  t_state.saved.push_back(
+      {leaf ? "(a leaf) " : "", node, t.storage(), t.storage()->nbytes(), t.dtype(), t.sizes(), recipe});
 }
 
-void begin_backward(Device device) {
+BackwardReport::BackwardReport(Device device)
+    : outermost_(!t_state.in_backward), exceptions_(std::uncaught_exceptions()) {
+  if (!outermost_) return;
   State& s = t_state;
+  s.in_backward = true;
   s.saved_table = summarize(s.saved);
   s.saved.clear();
   s.device = device;
   const MemoryCategoryStats stats = memory_category_stats(device);
+  s.tracked = stats.tracked;
   s.start_bytes = stats.total;
   s.peak_before = s.peak = stats.peak_total;
   s.peak_node.clear();
   s.nodes = s.peak_index = 0;
 }
 
-void after_node(const std::string& node) {
+void BackwardReport::after_node(const std::string& node) {
+  if (!outermost_) return;
   State& s = t_state;
   ++s.nodes;
   const size_t peak = memory_category_stats(s.device).peak_total;
@@ -131,19 +144,26 @@ void after_node(const std::string& node) {
   }
 }
 
-std::string end_backward() {
+BackwardReport::~BackwardReport() {
+  if (!outermost_) return;
   State& s = t_state;
-  std::string out = fmt::format("NABLA_SAVED_REPORT, backward on {}: {} allocated when it began; ",
-                                s.device.str(), size_str(s.start_bytes));
-  if (s.peak_node.empty())
-    out += fmt::format("peak {}, reached before the backward (it never grew past it)\n",
-                       size_str(s.peak_before));
+  s.in_backward = false;
+  if (std::uncaught_exceptions() > exceptions_) return;
+  std::string out = fmt::format("NABLA_SAVED_REPORT, backward on {}: ", s.device.str());
+  if (!s.tracked)
+    out += "memory not tracked (the native allocator)\n";
+  else if (s.peak_node.empty())
+    out += fmt::format(
+        "{} allocated when it began; peak {}, reached before the backward (since the last peak reset; the "
+        "backward never passed it)\n",
+        size_str(s.start_bytes), size_str(s.peak_before));
   else
-    out += fmt::format("peak {} (before it: {}), reached in node {} of {}, {}\n", size_str(s.peak),
-                       size_str(s.peak_before), s.peak_index, s.nodes, s.peak_node);
+    out += fmt::format("{} allocated when it began; peak {} (before it: {}), reached in node {} of {}, {}\n",
+                       size_str(s.start_bytes), size_str(s.peak), size_str(s.peak_before), s.peak_index,
+                       s.nodes, s.peak_node);
   out += s.saved_table;
   s.saved_table.clear();
-  return out;
+  std::fputs(out.c_str(), stderr);
 }
 
 }  // namespace nabla::autograd::detail

@@ -85,7 +85,7 @@ if has llama; then
 fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
-  NABLA_FUSION=1 NABLA_SAVED_REPORT=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" \
+  NABLA_FUSION=1 NABLA_SAVED_REPORT=1 NABLA_FUSION_DUMP="$out/llamatrace_plans.txt" NABLA_CUPTI_TRACE="$out/llama-nabla-%p.csv" \
     LD_PRELOAD="$x/tools/libnabla_cupti_trace.so" \
     llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
@@ -131,8 +131,8 @@ if has probe; then
   {
     ls -la /usr/local/cuda/lib64/libnvjpeg* /usr/local/cuda/include/nvjpeg.h 2>&1
     ldconfig -p | grep -i nvjpeg
-    find / -xdev \( -name 'libnvjpeg*' -o -name 'nvjpeg.h' \) 2>/dev/null | head -20
-    python3 -c 'import torch, torchvision; print(torch.__version__, torchvision.__version__)' 2>&1
+    timeout 60 find / -xdev \( -name 'libnvjpeg*' -o -name 'nvjpeg.h' \) 2>/dev/null | head -20
+    "${NABLA_TORCH_PYTHON:-python3}" -c 'import torch, torchvision; print(torch.__version__, torchvision.__version__)' 2>&1
     nproc
   } > "$out/probe_nvjpeg.txt" 2>&1
 fi
@@ -170,7 +170,9 @@ done
 [[ -f $out/llama_eager.log ]] && grep -A 25 'nabla::profiler' "$out/llama_eager.log"
 [[ -f $out/llama_trace_summary.txt ]] && grep -v '^ .* us  ' "$out/llama_trace_summary.txt"
 # The fused step's saved set (the capture's backward: the last report) and where its peak is.
-[[ -f $out/trace_llama_nabla.log ]] && tac "$out/trace_llama_nabla.log" | grep -m1 -B30 '^NABLA_SAVED_REPORT' | tac | head -24
+[[ -f $out/trace_llama_nabla.log ]] && awk '/^NABLA_SAVED_REPORT/ {n = 0} {block[n++] = $0}
+  /^NABLA_SAVED_REPORT|^saved for backward|^  / {last = n} END {for (i = 0; i < last && i < 40; ++i) print block[i]}' \
+  "$out/trace_llama_nabla.log"
 [[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do

@@ -20,9 +20,19 @@ void note_saved(const char* node, const Tensor& t, bool recipe);
 
 // The engine, around one backward pass on `device`: the saved set noted since the last pass that
 // is still alive (each storage counted once, for the first node that saved it), then after each
-// node whether the device's peak grew while it ran; `end` returns the report and starts over.
-void begin_backward(Device device);
-void after_node(const std::string& node);
-std::string end_backward();
+// node whether the device's peak grew while it ran; the report prints when the pass ends. Only the
+// outermost pass reports: a checkpointed segment's backward runs inside another's node.
+class BackwardReport {
+ public:
+  explicit BackwardReport(Device device);
+  ~BackwardReport();  // prints the report (stderr), unless an exception is leaving the pass
+  BackwardReport(const BackwardReport&) = delete;
+  BackwardReport& operator=(const BackwardReport&) = delete;
+  void after_node(const std::string& node);
+
+ private:
+  bool outermost_;
+  int exceptions_;
+};
 
 }  // namespace nabla::autograd::detail
