@@ -149,6 +149,14 @@ BackwardReport::~BackwardReport() {
   State& s = t_state;
   s.in_backward = false;
   if (std::uncaught_exceptions() > exceptions_) return;
+  try {
+    print();
+  } catch (...) {  // a diagnostic never takes the backward down (formatting, a full stderr)
+  }
+}
+
+void BackwardReport::print() const {
+  const State& s = t_state;
   std::string out = fmt::format("NABLA_SAVED_REPORT, backward on {}: ", s.device.str());
   if (!s.tracked)
     out += "memory not tracked (the native allocator)\n";
@@ -162,7 +170,7 @@ BackwardReport::~BackwardReport() {
                        size_str(s.start_bytes), size_str(s.peak), size_str(s.peak_before), s.peak_index,
                        s.nodes, s.peak_node);
   out += s.saved_table;
-  s.saved_table.clear();
+  t_state.saved_table.clear();
   std::fputs(out.c_str(), stderr);
 }
 

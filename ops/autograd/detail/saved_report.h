@@ -31,6 +31,7 @@ class BackwardReport {
   void after_node(const std::string& node);
 
  private:
+  void print() const;
   bool outermost_;
   int exceptions_;
 };
