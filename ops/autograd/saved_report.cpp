@@ -110,6 +110,12 @@ void set_saved_report(bool enabled) {
 
 void note_saved(const char* node, const Tensor& t, bool recipe) {
   if (!t.defined()) return;
+  // Forward passes with no backward (evaluation with grad on) would grow the list without end:
+  // now and then drop the saves whose memory is gone (a recipe keeps no memory to tell by, so
+  // recipes stay: a few dozen bytes each).
+  auto& saved = t_state.saved;
+  if (saved.size() >= 65536 && (saved.size() & (saved.size() - 1)) == 0)
+    std::erase_if(saved, [](const Saved& e) { return !e.recipe && e.storage.expired(); });
   // A leaf that requires grad is a parameter (or an input): kept by the model anyway.
   const bool leaf = t.requires_grad() && !t.grad_fn();
   t_state.saved.push_back(
