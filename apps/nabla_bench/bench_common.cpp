@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -34,6 +35,28 @@ std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_s
 
 double gib(size_t bytes) {
   return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0);
+}
+
+WarmUp warm_up(int calls, int capture_call, bool cuda, const std::function<void()>& run_step) {
+  WarmUp w;
+  if (cuda) cuda::reset_peak_memory_stats();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) {
+    if (cuda && i == capture_call) {
+      w.eager_peak = cuda::max_memory_allocated();
+      cuda::reset_peak_memory_stats();
+    }
+    run_step();
+  }
+  if (cuda) {
+    cuda::synchronize();
+    if (capture_call < 0) {
+      w.eager_peak = cuda::max_memory_allocated();
+      cuda::reset_peak_memory_stats();
+    }
+  }
+  w.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return w;
 }
 
 MemoryFormat memory_format_of(const std::string& layout) {

@@ -23,6 +23,17 @@ std::shared_ptr<nn::Module> make_model(const std::string& arch, int checkpoint_s
 
 double gib(size_t bytes);
 
+// The untimed calls before a benchmark's timed steps, and the allocated peak of those that ran
+// eagerly. With a CUDA graph, `capture_call` is the call that captures: a replay allocates
+// nothing the allocator sees (the graph's pool holds the step's memory from the capture on), so
+// the peak restarts there and what follows is the capture's, the steady state, as PyTorch's
+// figure after its warm-up. Without one (`capture_call` < 0) it restarts after the last call.
+struct WarmUp {
+  double seconds = 0;
+  size_t eager_peak = 0;  // bytes; 0 on the CPU
+};
+WarmUp warm_up(int calls, int capture_call, bool cuda, const std::function<void()>& run_step);
+
 // One line on what the step compiler did for a graphed step: the fused kernels and the ops they
 // hold, and the compile time (cold: NVRTC; warm: the disk cache), e.g.
 // "step compiler: 41 fused kernels for 118 ops (12 ops unfused); compile 2.31 s cold (41 programs)".

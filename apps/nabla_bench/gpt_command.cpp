@@ -94,28 +94,9 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
                            .adopt_inputs = true,
                            .fuse = true});
   const auto run_step = [&] { return o.cuda_graph ? graphed(window) : step(); };
-  // A replay allocates nothing the allocator sees (the graph's pool holds the step's memory from
-  // the capture on), so a graphed run's peak is the capture's: the steady state, as PyTorch's
-  // figure is taken after its warm-up. The eager warm-up calls before the capture peak apart.
-  size_t warmup_peak = 0;
-  if (device.is_cuda()) cuda::reset_peak_memory_stats();
-  const auto warm_start = std::chrono::steady_clock::now();
-  for (int i = 0; i < std::max(o.warmup, o.cuda_graph ? 5 : 0); ++i) {
-    if (device.is_cuda() && o.cuda_graph && i == capture_call) {
-      warmup_peak = cuda::max_memory_allocated();
-      cuda::reset_peak_memory_stats();
-    }
-    run_step();
-  }
-  if (device.is_cuda()) {
-    cuda::synchronize();
-    if (!o.cuda_graph) {
-      warmup_peak = cuda::max_memory_allocated();
-      cuda::reset_peak_memory_stats();
-    }
-  }
-  const double warmup_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_start).count();
+  // A graphed run's peak is the capture's (warm_up in bench_common.h).
+  const WarmUp warm = warm_up(std::max(o.warmup, o.cuda_graph ? 5 : 0), o.cuda_graph ? capture_call : -1,
+                              device.is_cuda(), run_step);
   cuda::Event start(true), end(true);
   const auto wall = std::chrono::steady_clock::now();
   if (device.is_cuda()) start.record(cuda::current_stream());
@@ -141,8 +122,8 @@ nlohmann::json run_nabla(const GptBenchOptions& o) {
                         {"ms_per_step", ms},
                         {"tokens_s", static_cast<double>(o.batch * o.seq) * 1000.0 / ms},
                         {"peak_alloc_GiB", device.is_cuda() ? gib(cuda::max_memory_allocated()) : 0.0},
-                        {"peak_alloc_warmup_GiB", gib(warmup_peak)},
-                        {"warmup_s", warmup_s},
+                        {"peak_alloc_warmup_GiB", gib(warm.eager_peak)},
+                        {"warmup_s", warm.seconds},
                         {"cuda_graph", o.cuda_graph && graphed.graphed()},
                         {"plain", o.plain},
                         {"loss", loss.item<double>()}};
