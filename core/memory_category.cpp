@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "nabla/core/cpu_memory.h"
-#include "nabla/core/cuda/caching_allocator.h"  // format_bytes
 #include "nabla/core/cuda/detail/backend.h"
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/dispatch.h"
@@ -27,6 +26,18 @@ bool raise_peak(std::atomic<size_t>& peak, size_t value) {
 }
 
 }  // namespace
+
+std::string format_bytes(size_t bytes) {
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  double value = static_cast<double>(bytes) / 1024;
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
 
 std::string_view memory_category_name(MemoryCategory category) {
   switch (category) {
@@ -134,18 +145,16 @@ std::string memory_category_report(const MemoryCategoryStats& stats, Device devi
   }
   out += fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", "category", "current", "peak", "at total peak");
   for (int c = 0; c < kNumMemoryCategories; ++c) {
-    out +=
-        fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", memory_category_name(static_cast<MemoryCategory>(c)),
-                    cuda::format_bytes(stats.current[c]), cuda::format_bytes(stats.peak[c]),
-                    cuda::format_bytes(stats.at_peak[c]));
+    out += fmt::format("  {:<16} {:>12} {:>12} {:>14}\n",
+                       memory_category_name(static_cast<MemoryCategory>(c)), format_bytes(stats.current[c]),
+                       format_bytes(stats.peak[c]), format_bytes(stats.at_peak[c]));
   }
-  out += fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", "total", cuda::format_bytes(stats.total),
-                     cuda::format_bytes(stats.peak_total), cuda::format_bytes(stats.peak_total));
+  out += fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", "total", format_bytes(stats.total),
+                     format_bytes(stats.peak_total), format_bytes(stats.peak_total));
   if (device.is_cuda()) {
     // Not a category of allocations: what the caching allocator keeps from the device for reuse.
-    out +=
-        fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", "cached", cuda::format_bytes(stats.cached), "-", "-");
-    out += fmt::format("  (reserved from the device at most: {})\n", cuda::format_bytes(stats.peak_reserved));
+    out += fmt::format("  {:<16} {:>12} {:>12} {:>14}\n", "cached", format_bytes(stats.cached), "-", "-");
+    out += fmt::format("  (reserved from the device at most: {})\n", format_bytes(stats.peak_reserved));
   }
   return out;
 }

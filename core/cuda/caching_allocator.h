@@ -172,7 +172,6 @@ class CachingAllocator {
   MemoryStats stats_;
 };
 
-// Bytes in human units, as in error messages: "512 B", "4.00 KiB", "2.00 GiB".
-std::string format_bytes(size_t bytes);
+using nabla::format_bytes;  // core/memory_category.h
 
 }  // namespace nabla::cuda

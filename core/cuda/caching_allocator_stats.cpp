@@ -26,18 +26,6 @@ const char* state_name(BlockState state) {
 
 }  // namespace
 
-std::string format_bytes(size_t bytes) {
-  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  double value = static_cast<double>(bytes) / 1024;
-  int unit = 0;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  return fmt::format("{:.2f} {}", value, kUnits[unit]);
-}
-
 size_t CachingAllocator::memory_allocated() const {
   std::lock_guard lock(mutex_);
   return stats_.allocated_bytes;

@@ -45,16 +45,6 @@ struct State {
 thread_local State t_state;
 std::atomic<int> g_enabled{-1};  // set by a test (0 or 1), else -1: the environment's
 
-// "896 B", "12.5 KiB", "48.0 MiB", "1.25 GiB".
-std::string size_str(size_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB"};
-  double v = static_cast<double>(bytes) / 1024;
-  int u = 0;
-  for (; v >= 1024 && u < 2; ++u) v /= 1024;
-  return fmt::format("{:.{}f} {}", v, u == 2 ? 2 : 1, units[u]);
-}
-
 // The saved set still alive, each storage once, summed by (node, dtype, shape), largest first.
 std::string summarize(const std::vector<Saved>& saved) {
   std::set<const Storage*> seen;
@@ -80,14 +70,14 @@ std::string summarize(const std::vector<Saved>& saved) {
   std::vector<std::pair<size_t, std::string>> lines;
   for (const auto& [key, row] : rows) {
     const auto& [node, dtype, shape] = key;
-    lines.emplace_back(row.second, fmt::format("  {:>10}  {:>4} x {:<28} {:<9} {}\n", size_str(row.second),
-                                               row.first, node, dtype, shape));
+    lines.emplace_back(row.second, fmt::format("  {:>10}  {:>4} x {:<28} {:<9} {}\n",
+                                               format_bytes(row.second), row.first, node, dtype, shape));
   }
   std::sort(lines.begin(), lines.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string out = fmt::format(
       "saved for backward: {} in {} storages ({} more saves share one of them; {} values kept "
       "as recipes, no memory)\n",
-      size_str(total), seen.size(), shared, recipes);
+      format_bytes(total), seen.size(), shared, recipes);
   for (const auto& line : lines) out += line.second;
   return out;
 }
@@ -170,11 +160,11 @@ void BackwardReport::print() const {
     out += fmt::format(
         "{} allocated when it began; peak {}, reached before the backward (since the last peak reset; the "
         "backward never passed it)\n",
-        size_str(s.start_bytes), size_str(s.peak_before));
+        format_bytes(s.start_bytes), format_bytes(s.peak_before));
   else
     out += fmt::format("{} allocated when it began; peak {} (before it: {}), reached in node {} of {}, {}\n",
-                       size_str(s.start_bytes), size_str(s.peak), size_str(s.peak_before), s.peak_index,
-                       s.nodes, s.peak_node);
+                       format_bytes(s.start_bytes), format_bytes(s.peak), format_bytes(s.peak_before),
+                       s.peak_index, s.nodes, s.peak_node);
   out += s.saved_table;
   t_state.saved_table.clear();
   std::fputs(out.c_str(), stderr);
