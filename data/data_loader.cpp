@@ -82,7 +82,8 @@ struct DataLoader::Engine {
                           {.image_dataset = loader.image_dataset_,
                            .pool = &loader.pool_,
                            .batch_size = batch_size,
-                           .pin_memory = options.pin_memory});
+                           .pin_memory = options.pin_memory,
+                           .defer_decode = options.defer_decode});
       ++opened;
       std::lock_guard stats_lock(loader.stats_mutex_);
       loader.stats_.max_in_flight = std::max(loader.stats_.max_in_flight, in_flight());
@@ -226,6 +227,8 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   NABLA_CHECK(options_.prefetch >= 1, "DataLoader: prefetch (batches in flight) must be >= 1, got {}",
               options_.prefetch);
   if (!options_.collate) image_dataset_ = dynamic_cast<ImageDataset*>(dataset_.get());
+  NABLA_CHECK(!options_.defer_decode || image_dataset_ != nullptr,
+              "DataLoader: defer_decode needs an ImageDataset (such as ImageFolder) and no custom collate");
   if (options_.sampler) {
     sampler_ = options_.sampler;
   } else if (options_.shuffle) {

@@ -24,6 +24,7 @@
 
 #include "nabla/data/buffer_pool.h"
 #include "nabla/data/dataset.h"
+#include "nabla/data/image/deferred_image.h"
 #include "nabla/data/sampler.h"
 
 namespace nabla::data {
@@ -33,6 +34,9 @@ struct Batch {
   Tensor input;                  // (N, H, W, C) uint8 for an ImageDataset; collated inputs otherwise
   Tensor target;                 // (N) int64 labels; collated targets otherwise
   std::vector<int64_t> indices;  // the dataset index of each row (a skipped sample's stand-in shows here)
+  // DataLoaderOptions::defer_decode: one entry per row. A row whose entry is on_gpu is left for the
+  // GPU decoder (DevicePrefetcher) and its pixels in `input` are not written; the others are.
+  std::shared_ptr<const std::vector<DeferredImage>> deferred;
   int64_t epoch = 0;
   int64_t number = 0;       // position of the batch in its epoch
   double wait_seconds = 0;  // how long the caller blocked in next() for this batch
@@ -51,7 +55,12 @@ struct DataLoaderOptions {
   int num_workers = 0;      // loader threads; 0 loads in the calling thread inside next()
   int prefetch = 2;         // batches in flight at most (being loaded or ready); bounds memory
   bool pin_memory = false;  // page-locked batch buffers, for asynchronous uploads
-  uint64_t seed = 0;        // shuffling and per-sample augmentation (SampleContext::seed)
+  // ImageDataset only: workers read each file and plan its crop and flip, and leave the JPEGs
+  // the GPU decoder takes to it (DevicePrefetcher decodes them with nvJPEG); the rest they
+  // decode as usual (ImageDataset::load_deferred). A DevicePrefetcher over the loader decodes
+  // the rest on the GPU (data/device_prefetcher.h).
+  bool defer_decode = false;
+  uint64_t seed = 0;  // shuffling and per-sample augmentation (SampleContext::seed)
   OnBadSample on_bad_sample = OnBadSample::error;
   CollateFn collate = {};                      // set: the generic path even for an ImageDataset
   std::shared_ptr<Sampler> sampler = nullptr;  // set: overrides shuffle (e.g. a DistributedSampler)

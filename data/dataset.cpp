@@ -3,6 +3,7 @@
 #include "nabla/data/dataset.h"
 
 #include "nabla/data/error.h"
+#include "nabla/data/image/deferred_image.h"
 
 namespace nabla::data {
 
@@ -15,6 +16,12 @@ Example ImageDataset::get(int64_t index, const SampleContext& context) {
   Tensor target = Tensor::empty({}, {.dtype = kInt64});
   *target.data_ptr<int64_t>() = label;
   return {.input = image, .target = target};
+}
+
+int64_t ImageDataset::load_deferred(int64_t index, DeferredImage& image, std::span<uint8_t> pixels,
+                                    const SampleContext& context) {
+  image.on_gpu = false;
+  return load_into(index, pixels, context);
 }
 
 }  // namespace nabla::data

@@ -60,6 +60,8 @@ struct ImageShape {
   int64_t bytes() const { return height * width * channels; }
 };
 
+struct DeferredImage;  // an image left for the GPU decoder (image/deferred_image.h)
+
 // A dataset of fixed-size uint8 HWC images and integer labels. The loader batches these into a
 // pinned uint8 NHWC buffer; normalization and the cast happen later, on the device.
 class ImageDataset : public Dataset {
@@ -69,6 +71,11 @@ class ImageDataset : public Dataset {
   // Writes image `index` into `pixels` (exactly image_shape().bytes() bytes, HWC) and returns its
   // label. Throws DataError (data/error.h) when the sample cannot be read.
   virtual int64_t load_into(int64_t index, std::span<uint8_t> pixels, const SampleContext& context) = 0;
+  // The deferred form (DataLoaderOptions::defer_decode): either fills `image` for the GPU
+  // decoder (image.on_gpu) or writes `pixels` as load_into does; returns the label. The default
+  // decodes on the CPU; ImageFolder leaves sequential JPEGs to the GPU.
+  virtual int64_t load_deferred(int64_t index, DeferredImage& image, std::span<uint8_t> pixels,
+                                const SampleContext& context);
   // Default get(): a uint8 HWC tensor and an int64 scalar label, via load_into.
   Example get(int64_t index, const SampleContext& context) override;
   using Dataset::get;

@@ -9,6 +9,8 @@
 #include "nabla/core/cuda/memory.h"
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
+#include "nabla/core/dispatch.h"
+#include "nabla/data/cuda/gpu_jpeg.h"
 #include "nabla_generated/config.h"
 
 namespace nabla::data {
@@ -29,6 +31,27 @@ struct DevicePrefetcher::Impl {
 
   Impl(DataLoader& loader, PrefetchOptions options) : loader(loader), options(std::move(options)) {}
 
+  // A deferred batch's images (DataLoaderOptions::defer_decode), decoded by nvJPEG and
+  // resampled and normalized by one kernel, on the copy stream (data/cuda/gpu_jpeg.h).
+  Tensor decode_on_gpu(Batch& host, const Device& device) {
+    return nabla::dispatch(
+        "gpu_decode", device, []() -> Tensor { NABLA_CHECK(false, "GPU decode needs a CUDA device"); },
+        [&]() -> Tensor {
+          // Created on first use, so a loader without defer_decode never opens nvJPEG. A
+          // shared_ptr, so only this branch names the decoder's destructor (Note [One backend
+          // dispatch] in core/dispatch.h).
+          if (!decoder) decoder = std::make_shared<cuda::GpuJpegDecoder>(options.device);
+          Tensor out = decoder->decode(host, options.normalize, copy_stream,
+                                       [this](int64_t index) { return loader.dataset().describe(index); });
+          const cuda::GpuDecodeCounts c = decoder->counts();
+          stats.gpu_images = c.gpu_images;
+          stats.cpu_images = c.worker_cpu_images + c.fallback_images;
+          stats.fallback_images = c.fallback_images;
+          stats.decode_backend = decoder->backend();
+          return out;
+        });
+  }
+
   // Uploads and normalizes one host batch on the copy stream; returns without waiting.
   Pending upload(Batch& host) {
     NABLA_CHECK(host.input.dim() == 4 && host.input.dtype() == kUInt8,
@@ -38,10 +61,14 @@ struct DevicePrefetcher::Impl {
     nabla::cuda::StreamGuard guard(copy_stream);
     const Device device = Device::cuda(options.device);
     Pending p;
-    // (N, H, W, C) uint8: an async copy from pinned memory (copy_bytes records the pinned use,
-    // so the host buffer is not recycled before the copy has read it).
-    Tensor staged = host.input.to(device);
-    p.batch.input = normalize_images(staged, options.normalize);  // (N, C, H, W), same stream
+    if (host.deferred) {
+      p.batch.input = decode_on_gpu(host, device);
+    } else {
+      // (N, H, W, C) uint8: an async copy from pinned memory (copy_bytes records the pinned use,
+      // so the host buffer is not recycled before the copy has read it).
+      Tensor staged = host.input.to(device);
+      p.batch.input = normalize_images(staged, options.normalize);  // (N, C, H, W), same stream
+    }
     p.batch.target = host.target.to(device);
     p.batch.indices = std::move(host.indices);
     p.batch.epoch = host.epoch;
@@ -72,10 +99,19 @@ struct DevicePrefetcher::Impl {
   PrefetchOptions options;
   nabla::cuda::Stream copy_stream;
   std::deque<Pending> queue;
+  std::shared_ptr<cuda::GpuJpegDecoder> decoder;
   bool started = false;
   bool exhausted = false;
   PrefetchStats stats;
 };
+
+std::string gpu_decode_unavailable_reason() {
+  if (!NABLA_HAS_CUDA) return "nabla was built without CUDA";
+  if (!nabla::cuda::is_available()) return "no CUDA device is available";
+  return nabla::dispatch(
+      "gpu_decode", Device::cuda(0), [] { return std::string("no CUDA device"); },
+      [] { return cuda::gpu_decode_unavailable_reason(); });
+}
 
 DevicePrefetcher::DevicePrefetcher(DataLoader& loader, PrefetchOptions options) {
   NABLA_CHECK(

@@ -13,12 +13,18 @@
 // does no cudaMalloc. The loader must produce ImageDataset batches (uint8 NHWC), ideally with
 // pin_memory=true (pageable buffers work but their upload is synchronous).
 //
+// A loader with defer_decode leaves its JPEGs undecoded: then nvJPEG decodes them on the copy
+// stream and one kernel crops, resizes, flips and normalizes the batch (Note [GPU decode] in
+// docs/design/data.md). Without nvJPEG on the machine the same batch is decoded on the CPU here,
+// after one logged line.
+//
 // A build without CUDA, or a machine without a GPU, gets a clear error from the constructor.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "nabla/data/data_loader.h"
@@ -46,7 +52,18 @@ struct PrefetchStats {
   int64_t batches = 0;
   double wait_seconds = 0;  // total host time blocked on the loader
   double last_wait_seconds = 0;
+  // A loader with defer_decode: images nvJPEG decoded, images decoded on the CPU (by the workers,
+  // or here because nvJPEG refused them: fallback_images), and the decoder used ("hardware",
+  // "GPU hybrid", or "CPU (why)").
+  int64_t gpu_images = 0;
+  int64_t cpu_images = 0;
+  int64_t fallback_images = 0;
+  std::string decode_backend;
 };
+
+// Why JPEGs cannot be decoded on the GPU here ("" when they can): a build without CUDA, no
+// device, or no nvJPEG library (data/cuda/nvjpeg.h says where it is looked for).
+std::string gpu_decode_unavailable_reason();
 
 class DevicePrefetcher {
  public:

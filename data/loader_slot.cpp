@@ -37,7 +37,11 @@ void load_one(Dataset& dataset, ImageDataset* image_dataset, Slot& slot, int64_t
   if (image_dataset) {
     auto bytes = static_cast<size_t>(slot.shape.bytes());
     auto* base = static_cast<uint8_t*>(slot.pixels->data()) + static_cast<size_t>(row) * bytes;
-    int64_t label = image_dataset->load_into(context.index, std::span<uint8_t>(base, bytes), context);
+    const std::span<uint8_t> pixels(base, bytes);
+    int64_t label = slot.deferred
+                        ? image_dataset->load_deferred(
+                              context.index, (*slot.deferred)[static_cast<size_t>(row)], pixels, context)
+                        : image_dataset->load_into(context.index, pixels, context);
     slot.labels.data_ptr<int64_t>()[row] = label;
   } else {
     slot.examples[static_cast<size_t>(row)] = dataset.get(context.index, context);
@@ -60,6 +64,13 @@ void Slot::open(int64_t batch_number, int64_t sample_count, const SlotSetup& set
     // Full batch_size even for the short last batch, so the pool recycles one buffer size.
     pixels = setup.pool->acquire(static_cast<size_t>(setup.batch_size * shape.bytes()));
     labels = Tensor::empty({count}, {.dtype = kInt64, .pinned_memory = setup.pin_memory});
+    if (!setup.defer_decode) {
+      deferred.reset();
+    } else {
+      // A batch still holding the last vector (the user's, or a prefetcher's queue) keeps it.
+      if (!deferred || deferred.use_count() > 1) deferred = std::make_shared<std::vector<DeferredImage>>();
+      deferred->resize(static_cast<size_t>(count));
+    }
   } else {
     examples.assign(static_cast<size_t>(count), Example{});
   }
@@ -92,6 +103,7 @@ Batch Slot::take() {
     batch.input =
         contiguous_tensor(std::move(pixels), {count, shape.height, shape.width, shape.channels}, kUInt8);
     batch.target = std::move(labels);
+    batch.deferred = deferred;
   } else {
     batch.input = std::move(collated.input);
     batch.target = std::move(collated.target);

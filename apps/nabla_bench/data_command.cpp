@@ -6,7 +6,10 @@
 //   2. N threads, same work, files in memory: the decode rate the cores can reach;
 //   3. the DataLoader with N workers over ImageFolder (read, decode, crop, flip, batch into the
 //      pinned pool), batch 256: images per second and the time the consumer waited per step
-//      (the stall a training loop would see), optionally with a simulated step time.
+//      (the stall a training loop would see), optionally with a simulated step time;
+//   4. with --decode gpu (or both): the loader deferring its JPEGs to nvJPEG, through a
+//      DevicePrefetcher (bf16 channels_last batches on the GPU): images per second delivered on the
+//      device with N workers that only read files and parse headers (Note [GPU decode]).
 // Prints a table and, with --json, writes the same numbers as JSON.
 #include <nlohmann/json.hpp>
 
@@ -21,6 +24,7 @@
 
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/data/data_loader.h"
+#include "nabla/data/device_prefetcher.h"
 #include "nabla/data/image/image_folder.h"
 #include "nabla/data/image/pipeline.h"
 #include "nabla_bench/commands.h"
@@ -44,6 +48,7 @@ struct DataBenchOptions {
   double step_ms = 0;               // simulated training step per batch (0: drain as fast as possible)
   std::string cache_path;
   std::string json_path;
+  std::string decode = "cpu";  // cpu, gpu or both: which loaders to measure
 };
 
 // The same folder `times` over, each pass with its own crops (the index differs), like
@@ -57,6 +62,10 @@ class RepeatedDataset : public data::ImageDataset {
   int64_t num_classes() const override { return base_->num_classes(); }
   int64_t load_into(int64_t index, std::span<uint8_t> pixels, const data::SampleContext& context) override {
     return base_->load_into(index % base_->size(), pixels, context);
+  }
+  int64_t load_deferred(int64_t index, data::DeferredImage& image, std::span<uint8_t> pixels,
+                        const data::SampleContext& context) override {
+    return base_->load_deferred(index % base_->size(), image, pixels, context);
   }
   std::string describe(int64_t index) const override { return base_->describe(index % base_->size()); }
 
@@ -129,7 +138,57 @@ LoaderResult loader_rate(const std::shared_ptr<data::ImageDataset>& dataset, int
   return result;
 }
 
+void write_json(const DataBenchOptions& options, const nlohmann::json& report) {
+  if (options.json_path.empty()) return;
+  std::ofstream(options.json_path) << report.dump(2) << "\n";
+  std::printf("\nwrote %s\n", options.json_path.c_str());
+}
+
+// The loader deferring its JPEGs to the GPU, through a DevicePrefetcher: images per second handed
+// out on the device (the last batch waited for), and how long the consumer waited per batch.
+struct GpuLoaderResult {
+  LoaderResult rate;
+  data::PrefetchStats stats;
+};
+
+GpuLoaderResult gpu_loader_rate(const std::shared_ptr<data::ImageDataset>& dataset, int workers,
+                                const DataBenchOptions& options) {
+  data::DataLoader loader(dataset, {.batch_size = options.batch_size,
+                                    .num_workers = workers,
+                                    .prefetch = options.prefetch,
+                                    .pin_memory = true,
+                                    .defer_decode = true});
+  data::DevicePrefetcher prefetcher(
+      loader, {.normalize = {.dtype = kBFloat16, .memory_format = MemoryFormat::ChannelsLast}});
+  prefetcher.start_epoch();
+  auto first = prefetcher.next();  // worker start-up and nvJPEG's first allocations: not timed
+  nabla::cuda::synchronize();
+  GpuLoaderResult result;
+  int64_t images = 0;
+  auto start = Clock::now();
+  while (auto batch = prefetcher.next()) {
+    images += batch->input.size(0);
+    result.rate.max_wait_ms = std::max(result.rate.max_wait_ms, batch->wait_seconds * 1e3);
+    ++result.rate.batches;
+    if (options.step_ms > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options.step_ms));
+  }
+  nabla::cuda::synchronize();  // the last decode has finished
+  const double elapsed = seconds_since(start);
+  result.stats = prefetcher.stats();
+  const double waited = result.stats.wait_seconds - (first ? first->wait_seconds : 0.0);
+  result.rate.img_s = static_cast<double>(images) / elapsed;
+  result.rate.mean_wait_ms =
+      result.rate.batches ? waited * 1e3 / static_cast<double>(result.rate.batches) : 0;
+  result.rate.wait_fraction = waited / elapsed;
+  return result;
+}
+
 void run(const DataBenchOptions& options) {
+  NABLA_CHECK(options.decode == "cpu" || options.decode == "gpu" || options.decode == "both",
+              "nabla-bench data: --decode must be cpu, gpu or both, got '{}'", options.decode);
+  NABLA_CHECK(options.decode == "cpu" || cuda::is_available(),
+              "nabla-bench data: --decode {} needs a CUDA device, and none is available", options.decode);
   bool pinned = options.pin_memory == "on" || (options.pin_memory == "auto" && cuda::is_available());
   data::ImageFolderOptions folder_options{.decode = {}, .index = {.cache_path = options.cache_path}};
   auto folder = std::make_shared<data::ImageFolder>(
@@ -163,6 +222,34 @@ void run(const DataBenchOptions& options) {
   }
 
   auto repeated = std::make_shared<RepeatedDataset>(folder, options.repeat);
+  if (options.decode != "cpu") {
+    std::printf(
+        "\nGPU decode (nvJPEG) through DevicePrefetcher: batch %ld, bf16 channels_last, step %.1f ms\n",
+        static_cast<long>(options.batch_size), options.step_ms);
+    std::printf("%8s %10s %9s %14s %13s %11s %8s %8s  %s\n", "workers", "img/s", "batches", "wait/step ms",
+                "max wait ms", "wait share", "gpu", "cpu", "decoder");
+    for (int workers : options.threads) {
+      const GpuLoaderResult g = gpu_loader_rate(repeated, workers, options);
+      std::printf("%8d %10.1f %9ld %14.2f %13.2f %10.1f%% %8ld %8ld  %s\n", workers, g.rate.img_s,
+                  static_cast<long>(g.rate.batches), g.rate.mean_wait_ms, g.rate.max_wait_ms,
+                  100.0 * g.rate.wait_fraction, static_cast<long>(g.stats.gpu_images),
+                  static_cast<long>(g.stats.cpu_images), g.stats.decode_backend.c_str());
+      report["gpu_loader"].push_back({{"workers", workers},
+                                      {"img_s", g.rate.img_s},
+                                      {"batches", g.rate.batches},
+                                      {"mean_wait_ms", g.rate.mean_wait_ms},
+                                      {"max_wait_ms", g.rate.max_wait_ms},
+                                      {"gpu_images", g.stats.gpu_images},
+                                      {"cpu_images", g.stats.cpu_images},
+                                      {"fallback_images", g.stats.fallback_images},
+                                      {"decoder", g.stats.decode_backend},
+                                      {"batch_size", options.batch_size}});
+    }
+  }
+  if (options.decode == "gpu") {
+    write_json(options, report);
+    return;
+  }
   std::printf("\nDataLoader over ImageFolder: batch %ld, prefetch %d, %s memory, step %.1f ms\n",
               static_cast<long>(options.batch_size), options.prefetch, pinned ? "pinned" : "pageable",
               options.step_ms);
@@ -182,10 +269,7 @@ void run(const DataBenchOptions& options) {
                                 {"batch_size", options.batch_size},
                                 {"step_ms", options.step_ms}});
   }
-  if (!options.json_path.empty()) {
-    std::ofstream(options.json_path) << report.dump(2) << "\n";
-    std::printf("\nwrote %s\n", options.json_path.c_str());
-  }
+  write_json(options, report);
 }
 
 }  // namespace
@@ -212,6 +296,9 @@ void add_data_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--index-cache", options->cache_path, "ImageFolder index cache file (outside --root)");
   cmd->add_option("--json", options->json_path, "also write the results as JSON to this file");
+  cmd->add_option("--decode", options->decode,
+                  "cpu: the CPU loader; gpu: workers read files and nvJPEG decodes on the GPU; both")
+      ->capture_default_str();
   cmd->callback([options] { run(*options); });
 }
 

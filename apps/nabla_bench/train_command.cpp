@@ -61,8 +61,9 @@ struct TrainBenchOptions {
   bool memory_report = false;  // the peak broken down by category (forward, backward, optimizer)
   std::string data_dir;        // an ImageFolder root (class folders of JPEGs); empty: one synthetic batch
   int workers = 16;
-  int grad_checkpoint = 0;  // gradient checkpointing segments (0: off)
-  bool plain = false;       // torchvision's structure written with plain layers (plain_resnet.h)
+  std::string decode = "cpu";  // --data: cpu, gpu (nvJPEG) or auto
+  int grad_checkpoint = 0;     // gradient checkpointing segments (0: off)
+  bool plain = false;          // torchvision's structure written with plain layers (plain_resnet.h)
   double memory_fraction = 0;
   bool cuda_graph = false;     // capture the step once and replay it (nn::make_graphed_step)
   bool conv_bn_fusion = true;  // batch norms inside the convolutions (Routes::conv_batch_norm_fusion)
@@ -189,6 +190,12 @@ class BatchSource {
         y_(randint(0, 1000, {o.batch_size}, {.dtype = kInt64, .device = device})) {
     if (o.data_dir.empty()) return;
     auto folder = std::make_shared<data::ImageFolder>(o.data_dir, data::imagenet_train_transform(224));
+    gpu_decode_ = o.decode == "gpu";
+    if (o.decode != "cpu") {
+      const std::string why = data::gpu_decode_unavailable_reason();
+      NABLA_CHECK(why.empty() || o.decode == "auto", "--decode gpu: {}", why);
+      gpu_decode_ = why.empty();
+    }
     loader_ = std::make_unique<data::DataLoader>(
         folder, data::DataLoaderOptions{.batch_size = o.batch_size,
                                         .shuffle = true,
@@ -196,6 +203,7 @@ class BatchSource {
                                         .num_workers = o.workers,
                                         .prefetch = 4,
                                         .pin_memory = true,
+                                        .defer_decode = gpu_decode_,
                                         .seed = static_cast<uint64_t>(env.rank)});
     prefetcher_ = std::make_unique<data::DevicePrefetcher>(
         *loader_,
@@ -204,6 +212,8 @@ class BatchSource {
   }
 
   bool from_files() const { return prefetcher_ != nullptr; }
+  bool gpu_decode() const { return gpu_decode_; }
+  std::string decoder() const { return prefetcher_ ? prefetcher_->stats().decode_backend : ""; }
   const Tensor& x() const { return x_; }
   const Tensor& y() const { return y_; }
   double wait_seconds() const { return wait_; }
@@ -231,6 +241,7 @@ class BatchSource {
   Tensor x_, y_;
   std::unique_ptr<data::DataLoader> loader_;
   std::unique_ptr<data::DevicePrefetcher> prefetcher_;
+  bool gpu_decode_ = false;
   double wait_ = 0, worst_wait_ = 0;
 };
 
@@ -318,7 +329,10 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
     std::printf("step: %s\n", graph_note.c_str());
     if (o.cuda_graph) print_fusion_report(graphed);
     const std::string input =
-        o.data_dir.empty() ? "synthetic batch" : fmt::format("JPEGs, {} workers", o.workers);
+        o.data_dir.empty()
+            ? "synthetic batch"
+            : fmt::format("JPEGs, {} workers, {} decode", o.workers,
+                          batches.gpu_decode() ? "GPU (" + batches.decoder() + ")" : std::string("CPU"));
     std::printf(
         "%s train: world %d%s, batch %lld per GPU, amp %s, %s, %s: %.2f ms/step, %.1f img/s total, "
         "peak %.2f GiB allocated / %.2f GiB reserved (rank 0), loss %.4f\n",
@@ -355,6 +369,7 @@ nlohmann::json train_one(const TrainBenchOptions& o, const TrainConfig& config, 
           {"phases", timer ? timer->summary() : nlohmann::json()},
           {"data", o.data_dir.empty() ? "synthetic" : o.data_dir},
           {"workers", o.workers},
+          {"decode", batches.gpu_decode() ? "gpu" : "cpu"},
           {"data_wait_share", batches.from_files() ? wait_share : 0.0},
           {"grad_checkpoint", o.grad_checkpoint},
           {"memory_fraction", o.memory_fraction},
@@ -565,6 +580,12 @@ void add_train_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--workers", o->workers, "Loader threads per rank with --data")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
+  cmd->add_option(
+         "--decode", o->decode,
+         "With --data: cpu (workers decode), gpu (workers read files; nvJPEG decodes on the GPU), or "
+         "auto (gpu where nvJPEG is available)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
   cmd->add_option("--grad-checkpoint", o->grad_checkpoint,
                   "Gradient checkpointing: split the network into this many segments (0: off)")
       ->capture_default_str()

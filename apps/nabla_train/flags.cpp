@@ -29,6 +29,12 @@ void add_train_flags(CLI::App& app, TrainOptions& o) {
                               "Loader threads (auto: min(8, cores) for GPU runs and JPEG folders; 1 for "
                               "in-memory data on the CPU)")
                    ->group(data));
+  app.add_option("--decode", o.decode,
+                 "Where JPEG folders are decoded: cpu (the loader threads), gpu (the threads read files; "
+                 "nvJPEG decodes, crops and normalizes on the GPU), or auto (gpu where nvJPEG is available)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}))
+      ->group(data);
   app.add_option("--prefetch", o.prefetch, "Batches the loader prepares ahead")
       ->capture_default_str()
       ->check(CLI::Range(1, 64))

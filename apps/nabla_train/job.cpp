@@ -96,6 +96,7 @@ data::DataLoaderOptions Job::loader_options(int64_t batch_size,
       .num_workers = recipe.workers,
       .prefetch = options.prefetch,
       .pin_memory = options.pin_memory && device.is_cuda(),
+      .defer_decode = recipe.gpu_decode,
       .seed = options.seed,
       .on_bad_sample = options.on_bad_sample == "skip" ? data::OnBadSample::skip : data::OnBadSample::error,
       .sampler = std::move(sampler)};

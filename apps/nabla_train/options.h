@@ -17,6 +17,7 @@ struct TrainOptions {
   // Data.
   std::string data = "fashion-mnist";  // fashion-mnist[:DIR] | cifar10:DIR | synthetic | DIR (train/, val/)
   int workers = -1;                    // -1: min(8, hardware threads)
+  std::string decode = "cpu";          // JPEG folders: cpu | gpu (nvJPEG) | auto
   int prefetch = 4;
   bool pin_memory = true;
   int64_t image_size = 0;  // 0: 28 (Fashion-MNIST), 32 (CIFAR), 224 (ImageNet, synthetic)
@@ -102,6 +103,7 @@ struct Recipe {
   int64_t image_size = 0;
   int64_t val_resize = 0;
   int workers = 0;
+  bool gpu_decode = false;  // the workers leave JPEGs to nvJPEG (DataLoaderOptions::defer_decode)
   std::string checkpoint_dir;
 };
 

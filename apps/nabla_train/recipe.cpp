@@ -7,6 +7,7 @@
 
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/error.h"
+#include "nabla/data/device_prefetcher.h"
 #include "nabla_train/options.h"
 
 namespace nabla::train {
@@ -244,6 +245,14 @@ Recipe resolve_recipe(const TrainOptions& o) {
   // In-memory data sets on the CPU need one loader thread at most: the cores are busy training.
   const bool in_memory = r.data_kind != "imagenet";
   r.workers = o.workers >= 0 ? o.workers : (r.device.is_cuda() || !in_memory) ? std::min(8, cores) : 1;
+  if (o.decode != "cpu") {
+    const std::string why = r.data_kind != "imagenet"
+                                ? "only JPEG folders (an ImageNet-layout DIR) are decoded on the GPU"
+                            : !r.device.is_cuda() ? "the run trains on the CPU"
+                                                  : data::gpu_decode_unavailable_reason();
+    NABLA_CHECK(why.empty() || o.decode == "auto", "--decode gpu: {}; use --decode cpu or auto", why);
+    r.gpu_decode = why.empty();
+  }
   r.checkpoint_dir = o.checkpoint_dir != "auto" ? o.checkpoint_dir : "runs/" + r.data_kind + "-" + r.arch;
   return r;
 }

@@ -11,23 +11,13 @@
 #include "nabla/core/cuda/device_guard.h"
 #include "nabla/core/error.h"
 #include "nabla/data/cuda/normalize_cuda.h"
+#include "nabla/data/cuda/store.cuh"
 
 namespace nabla::data::cuda {
 
 namespace {
 
 constexpr int kBlockSize = 256;
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v) {
-  if constexpr (std::is_same_v<T, __half>) {
-    return __float2half_rn(v);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __float2bfloat16_rn(v);
-  } else {
-    return v;
-  }
-}
 
 template <typename T, bool kChannelsLast>
 __global__ void normalize_kernel(const uint8_t* __restrict__ src, T* __restrict__ dst, int64_t total,

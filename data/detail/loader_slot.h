@@ -18,6 +18,7 @@ struct SlotSetup {
   BufferPool* pool = nullptr;
   int64_t batch_size = 1;
   bool pin_memory = false;
+  bool defer_decode = false;
 };
 
 struct Slot {
@@ -34,6 +35,9 @@ struct Slot {
   std::vector<Example> examples;    // generic path, one per row
   Example collated;                 // generic path, after finish()
   std::vector<int64_t> indices;     // dataset index per row
+  // defer_decode: one entry per row, kept for the slot's next batch once the last one is dropped
+  // (so each file buffer keeps its capacity).
+  std::shared_ptr<std::vector<DeferredImage>> deferred;
 
   // Prepares the slot for batch `number` of `count` samples (allocates the batch buffers).
   void open(int64_t number, int64_t count, const SlotSetup& setup);

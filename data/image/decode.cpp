@@ -149,7 +149,10 @@ ImageHeader read_image_header(std::span<const uint8_t> bytes, const DecodeOption
         head));
   }
   const detail::JpegHeaderInfo info = detail::read_jpeg_header(bytes);
-  header = {.format = ImageFormat::jpeg, .width = info.width, .height = info.height};
+  header = {.format = ImageFormat::jpeg,
+            .width = info.width,
+            .height = info.height,
+            .gpu_decodable = info.sequential_huffman_ycc};
   check_size("JPEG image", header.width, header.height, options);
   return header;
 }

@@ -52,6 +52,10 @@ struct ImageHeader {
   ImageFormat format = ImageFormat::jpeg;
   int width = 0;
   int height = 0;
+  // A sequential, Huffman-coded, 8-bit YCbCr or grayscale JPEG: what the GPU decoder takes
+  // (data/gpu_decode.h). Progressive, arithmetic-coded, 12-bit, RGB and CMYK JPEGs and PNGs are
+  // decoded on the CPU.
+  bool gpu_decodable = false;
 };
 
 // A DCT scale factor num/denom (libjpeg-turbo offers n/8 for n = 1..16).

@@ -80,21 +80,49 @@ int64_t ImageFolder::label(int64_t index) const {
   return index_.labels[static_cast<size_t>(index)];
 }
 
+void ImageFolder::note_damage(int64_t index, const std::string& file, const std::string& damage) {
+  if (damage.empty()) return;
+  std::lock_guard lock(corrupt_->mutex);
+  if (corrupt_->seen.insert(index).second) {
+    NABLA_LOG_WARN(
+        "sample {} ({}): {}; decoded with the damaged part filled in ({} such file(s) so far; "
+        "CorruptDataPolicy::error, or nabla-train --strict-jpeg, makes it an error)",
+        index, file, damage, corrupt_->seen.size());
+  }
+}
+
 int64_t ImageFolder::load_into(int64_t index, std::span<uint8_t> pixels, const SampleContext& context) {
   std::string file = path(index);
   thread_local std::vector<uint8_t> bytes;  // one read buffer per worker thread
   try {
     read_file(file, bytes);
     SampleRandom random(context);
-    const std::string damage = decode_transformed(bytes, transform_, options_.decode, random, pixels);
-    if (!damage.empty()) {
-      std::lock_guard lock(corrupt_->mutex);
-      if (corrupt_->seen.insert(index).second) {
-        NABLA_LOG_WARN(
-            "sample {} ({}): {}; decoded with the damaged part filled in ({} such file(s) so far; "
-            "CorruptDataPolicy::error, or nabla-train --strict-jpeg, makes it an error)",
-            index, file, damage, corrupt_->seen.size());
-      }
+    note_damage(index, file, decode_transformed(bytes, transform_, options_.decode, random, pixels));
+  } catch (const DataError&) {
+    throw;
+  } catch (const nabla::Error& e) {
+    throw DataError(index, file, e.what());
+  }
+  return index_.labels[static_cast<size_t>(index)];
+}
+
+int64_t ImageFolder::load_deferred(int64_t index, DeferredImage& image, std::span<uint8_t> pixels,
+                                   const SampleContext& context) {
+  std::string file = path(index);
+  try {
+    read_file(file, image.bytes);
+    const ImageHeader header = read_image_header(image.bytes, options_.decode);
+    SampleRandom random(context);
+    image.on_gpu = header.gpu_decodable;
+    if (image.on_gpu) {
+      // The same draws as decode_transformed's plan; the GPU decodes at full size.
+      const ImagePlan plan = plan_image(header, transform_, options_.decode, random);
+      image.width = header.width;
+      image.height = header.height;
+      image.map = plan.map;
+      image.flip = plan.flip;
+    } else {
+      note_damage(index, file, decode_transformed(image.bytes, transform_, options_.decode, random, pixels));
     }
   } catch (const DataError&) {
     throw;

@@ -19,6 +19,7 @@
 
 #include "nabla/data/dataset.h"
 #include "nabla/data/image/decode.h"
+#include "nabla/data/image/deferred_image.h"
 #include "nabla/data/image/folder_index.h"
 #include "nabla/data/image/transforms.h"
 
@@ -39,6 +40,10 @@ class ImageFolder : public ImageDataset {
   ImageShape image_shape() const override { return {.height = transform_.size, .width = transform_.size}; }
   int64_t num_classes() const override { return static_cast<int64_t>(index_.classes.size()); }
   int64_t load_into(int64_t index, std::span<uint8_t> pixels, const SampleContext& context) override;
+  // Reads the file and its header; a JPEG the GPU decoder takes (ImageHeader::gpu_decodable) gets
+  // its crop and flip planned, anything else is decoded here as load_into decodes it.
+  int64_t load_deferred(int64_t index, DeferredImage& image, std::span<uint8_t> pixels,
+                        const SampleContext& context) override;
   std::string describe(int64_t index) const override { return path(index); }
 
   const std::vector<std::string>& classes() const { return index_.classes; }
@@ -51,6 +56,8 @@ class ImageFolder : public ImageDataset {
 
  private:
   void check_index(int64_t index) const;
+  // Logs a file's damaged JPEG data once ("" = whole).
+  void note_damage(int64_t index, const std::string& file, const std::string& damage);
 
   std::string root_;
   ImageTransform transform_;

@@ -127,6 +127,9 @@ class Decompressor {
     out.width = static_cast<int>(d->image_width);
     out.height = static_cast<int>(d->image_height);
     out.cmyk = d->jpeg_color_space == JCS_CMYK || d->jpeg_color_space == JCS_YCCK;
+    const bool ycc = (d->jpeg_color_space == JCS_YCbCr && d->num_components == 3) ||
+                     (d->jpeg_color_space == JCS_GRAYSCALE && d->num_components == 1);
+    out.sequential_huffman_ycc = !d->progressive_mode && !d->arith_code && d->data_precision == 8 && ycc;
     jpeg_abort_decompress(d);
     return true;
   }

@@ -7,34 +7,17 @@
 #include <vector>
 
 #include "nabla/core/error.h"
+#include "nabla/data/image/detail/bilinear.h"
 
 namespace nabla::data {
 namespace {
 
+using detail::bilinear_blend;
+using detail::Tap;
+
 // Python's round(): halves go to the even neighbour (the default floating-point rounding mode).
 int64_t round_half_even(double v) {
   return static_cast<int64_t>(std::nearbyint(v));
-}
-
-// One output coordinate's two source neighbours and the weight of the second.
-struct Tap {
-  int64_t i0, i1;
-  float w1;
-};
-
-std::vector<Tap> taps(const AxisMap& map, int64_t out_extent, int64_t source_extent) {
-  std::vector<Tap> result(static_cast<size_t>(out_extent));
-  for (int64_t o = 0; o < out_extent; ++o) {
-    double x = static_cast<double>(o) + map.skip + 0.5;
-    double relative = map.float_like_pytorch
-                          ? static_cast<double>(static_cast<float>(static_cast<float>(map.step) * x - 0.5))
-                          : map.step * x - 0.5;
-    double u = std::clamp(map.origin + relative, map.lo, map.hi);
-    auto i0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(u)), 0, source_extent - 1);
-    int64_t i1 = std::min(i0 + 1, source_extent - 1);
-    result[static_cast<size_t>(o)] = {i0, i1, static_cast<float>(u - static_cast<double>(i0))};
-  }
-  return result;
 }
 
 // One source row blended horizontally at every output column, written in flipped order when
@@ -46,12 +29,11 @@ void blend_row_fixed(const uint8_t* row, const std::vector<Tap>& xs, int64_t cha
   const auto out_width = static_cast<int64_t>(xs.size());
   for (int64_t ox = 0; ox < out_width; ++ox) {
     const Tap& tx = xs[static_cast<size_t>(ox)];
-    float wx1 = tx.w1, wx0 = 1.0f - tx.w1;
     const uint8_t* p0 = row + tx.i0 * c_count;
     const uint8_t* p1 = row + tx.i1 * c_count;
     float* d = dst + (flip ? out_width - 1 - ox : ox) * c_count;
     for (int64_t c = 0; c < c_count; ++c)
-      d[c] = wx0 * static_cast<float>(p0[c]) + wx1 * static_cast<float>(p1[c]);
+      d[c] = bilinear_blend(static_cast<float>(p0[c]), static_cast<float>(p1[c]), tx.w1);
   }
 }
 
@@ -66,15 +48,7 @@ void blend_row(const uint8_t* row, const std::vector<Tap>& xs, int64_t channels,
 // The vertical blend of two horizontally blended rows, rounded half to even like torch.round.
 void blend_rows(const float* __restrict upper, const float* __restrict lower, float w1, int64_t count,
                 uint8_t* __restrict dst) {
-  float w0 = 1.0f - w1;
-  for (int64_t k = 0; k < count; ++k) {
-    float v = w0 * upper[k] + w1 * lower[k];
-    // v is a convex combination of bytes, so it lies in [0, 255] (up to float rounding, which
-    // the rounding below absorbs). Adding 1.5 * 2^23 leaves no fraction bits, so the FPU rounds
-    // half to even in the default mode, without a libm call.
-    v = (v + 12582912.0f) - 12582912.0f;
-    dst[k] = static_cast<uint8_t>(static_cast<int32_t>(v));
-  }
+  for (int64_t k = 0; k < count; ++k) dst[k] = detail::round_to_byte(bilinear_blend(upper[k], lower[k], w1));
 }
 
 }  // namespace
@@ -179,8 +153,8 @@ void resample_bilinear(std::span<const uint8_t> source, int64_t source_height, i
               "resample output holds {} bytes, expected {}x{}x{}", out.size(), out_height, out_width,
               channels);
   thread_local std::vector<Tap> xs, ys;
-  xs = taps(map.x, out_width, source_width);
-  ys = taps(map.y, out_height, source_height);
+  xs = detail::bilinear_taps(map.x, out_width, source_width);
+  ys = detail::bilinear_taps(map.y, out_height, source_height);
   // Separable: blend each needed source row horizontally once (flip applied here, as the write
   // order), then blend two such rows vertically. This is PyTorch's association
   // wy0 * (wx0 * p00 + wx1 * p01) + wy1 * (...), so float rounding agrees with it.
@@ -208,6 +182,27 @@ void resample_bilinear(std::span<const uint8_t> source, int64_t source_height, i
     blend_rows(upper, lower, ty.w1, out_row, out.data() + oy * out_row);
   }
 }
+
+namespace detail {
+
+std::vector<Tap> bilinear_taps(const AxisMap& map, int64_t out_extent, int64_t source_extent) {
+  std::vector<Tap> result(static_cast<size_t>(out_extent));
+  for (int64_t o = 0; o < out_extent; ++o) {
+    double x = static_cast<double>(o) + map.skip + 0.5;
+    double relative = map.float_like_pytorch
+                          ? static_cast<double>(static_cast<float>(static_cast<float>(map.step) * x - 0.5))
+                          : map.step * x - 0.5;
+    double u = std::clamp(map.origin + relative, map.lo, map.hi);
+    auto i0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(u)), 0, source_extent - 1);
+    int64_t i1 = std::min(i0 + 1, source_extent - 1);
+    result[static_cast<size_t>(o)] = {.i0 = static_cast<int32_t>(i0),
+                                      .i1 = static_cast<int32_t>(i1),
+                                      .w1 = static_cast<float>(u - static_cast<double>(i0))};
+  }
+  return result;
+}
+
+}  // namespace detail
 
 void normalize_to_chw(std::span<const uint8_t> hwc, int64_t height, int64_t width, int64_t channels,
                       std::span<const float> mean, std::span<const float> std, std::span<float> chw) {

@@ -295,5 +295,80 @@ TEST_F(ImageFolderTest, LoaderBatchesEqualDirectLoadsForTheSameSeed) {
   }
 }
 
+// Note [GPU decode]: with defer_decode, workers leave sequential JPEGs (baseline colour and
+// grayscale) to the GPU with the crop and flip the CPU path draws, and decode the rest (progressive,
+// CMYK, PNG) as the CPU path does. A deferred image decoded at full size on the CPU and resampled
+// by its plan is the CPU path's image with DCT scaling off, byte for byte; the loader's
+// deferred batches carry the plans and the CPU rows.
+TEST_F(ImageFolderTest, DeferredLoadsLeaveSequentialJpegsToTheGpuWithTheCpuPathsPlan) {
+  std::string root = dir_ / "deferred";
+  const std::vector<std::pair<std::string, bool>> files = {{"a/rgb.jpg", true},
+                                                           {"a/gray.jpg", true},
+                                                           {"b/progressive.jpg", false},
+                                                           {"b/cmyk.jpg", false},
+                                                           {"c/image.png", false}};
+  for (const auto& [file, gpu] : files) {
+    write_bytes(root + "/" + file, read_bytes(*fixtures_ / fs::path(file).filename().string()));
+    EXPECT_EQ(read_image_header(read_bytes(root + "/" + file)).gpu_decodable, gpu) << file;
+  }
+  const int64_t size = 32;
+  const size_t image_bytes = size_t{32} * 32 * 3;
+  auto folder =
+      std::make_shared<ImageFolder>(root, imagenet_train_transform(size),
+                                    ImageFolderOptions{.decode = {.dct_scaling = false}, .index = {}});
+  const uint64_t seed = nabla::testing::test_seed();
+  for (int64_t index = 0; index < folder->size(); ++index) {
+    for (int64_t epoch : {0, 3}) {
+      const SampleContext context{.seed = seed, .epoch = epoch, .index = index};
+      std::vector<uint8_t> expected(image_bytes), got(image_bytes, 0);
+      const int64_t label = folder->load_into(index, expected, context);
+      DeferredImage image;
+      EXPECT_EQ(folder->load_deferred(index, image, got, context), label);
+      const bool gpu =
+          std::find(files.begin(), files.end(),
+                    std::pair{fs::relative(folder->path(index), root).string(), true}) != files.end();
+      ASSERT_EQ(image.on_gpu, gpu) << folder->path(index);
+      if (image.on_gpu) {
+        EXPECT_EQ(image.bytes, read_bytes(folder->path(index)));
+        const DecodedImage full = decode_image(image.bytes);
+        EXPECT_EQ(full.width, image.width);
+        EXPECT_EQ(full.height, image.height);
+        resample_bilinear(full.pixels, full.height, full.width, 3, image.map, got, size, size, image.flip);
+      }
+      EXPECT_EQ(got, expected) << folder->path(index) << ", epoch " << epoch;
+    }
+  }
+  // Through the loader: each batch carries one entry per row; the CPU rows are written, the GPU
+  // rows' plans are the direct ones.
+  DataLoader loader(folder,
+                    {.batch_size = 2, .shuffle = true, .num_workers = 2, .defer_decode = true, .seed = seed});
+  int64_t rows = 0;
+  for (auto& batch : loader) {
+    ASSERT_NE(batch.deferred, nullptr);
+    ASSERT_EQ(batch.deferred->size(), batch.indices.size());
+    for (size_t r = 0; r < batch.indices.size(); ++r, ++rows) {
+      const int64_t index = batch.indices[r];
+      const SampleContext context{.seed = seed, .epoch = 0, .index = index};
+      DeferredImage direct;
+      std::vector<uint8_t> pixels(image_bytes);
+      folder->load_deferred(index, direct, pixels, context);
+      const DeferredImage& row = (*batch.deferred)[r];
+      ASSERT_EQ(row.on_gpu, direct.on_gpu);
+      if (row.on_gpu) {
+        EXPECT_EQ(row.flip, direct.flip);
+        EXPECT_EQ(row.map.x.origin, direct.map.x.origin);
+        EXPECT_EQ(row.map.y.step, direct.map.y.step);
+      } else {
+        const uint8_t* got = batch.input.data_ptr<uint8_t>() + r * image_bytes;
+        EXPECT_TRUE(std::equal(pixels.begin(), pixels.end(), got)) << "row " << r;
+      }
+    }
+  }
+  EXPECT_EQ(rows, folder->size());
+  // Only an ImageDataset can defer.
+  EXPECT_THROW(DataLoader(folder, {.batch_size = 2, .defer_decode = true, .collate = stack_collate}),
+               nabla::Error);
+}
+
 }  // namespace
 }  // namespace nabla::data

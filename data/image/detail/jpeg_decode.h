@@ -25,6 +25,9 @@ namespace nabla::data::detail {
 struct JpegHeaderInfo {
   int width = 0, height = 0;
   bool cmyk = false;  // Adobe CMYK or YCCK: decoded to inverted CMYK, converted by the caller
+  // Sequential (not progressive), Huffman-coded (not arithmetic), 8-bit, YCbCr or grayscale: the
+  // JPEGs GPU decoders take (nvJPEG's hardware engine decodes only these).
+  bool sequential_huffman_ycc = false;
 };
 
 // Reads the headers up to the first scan. Throws nabla::Error "corrupt JPEG header: ..." when
