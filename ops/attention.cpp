@@ -180,10 +180,12 @@ int64_t end_offset(const Tensor& t) {
 // shaped and strided pieces of one storage, a constant distance apart, that together cover it
 // densely (so the three can never overlap); separate contiguous tensors otherwise.
 std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const auto separate = [&] {
-    return std::array<Tensor, 3>{Tensor::empty(q.sizes(), q.options()), Tensor::empty(k.sizes(), k.options()),
-                                 Tensor::empty(v.sizes(), v.options())};
+  // Each in its input's layout (Note [Gradients in their input's layout] in ops/detail/alias.h):
+  // a v that is the heads' view of a projection gets a dv that goes back through it as a view.
+  const auto like = [](const Tensor& t) {
+    return ops::with_strides(Tensor::empty({t.numel()}, t.options()), t.sizes(), ops::dense_strides_like(t));
   };
+  const auto separate = [&] { return std::array<Tensor, 3>{like(q), like(k), like(v)}; };
   if (q.storage().get() != k.storage().get() || q.storage().get() != v.storage().get() ||
       q.sizes() != k.sizes() || q.sizes() != v.sizes() || q.strides() != k.strides() ||
       q.strides() != v.strides() || q.numel() == 0) {

@@ -13,9 +13,11 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 
 #include "nabla/core/cuda/runtime.h"
 #include "nabla/core/cuda/stream.h"
+#include "nabla/ops/autograd/detail/pointwise_node.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
@@ -182,6 +184,9 @@ Tensor to(const Tensor& x, Device device, DType dtype) {
   if (autograd::needs_grad({x}) && is_floating(dtype)) {
     Device in_device = x.device();
     DType in_dtype = x.dtype();
+    // A cast on one device is a pointwise node (Note [Pointwise nodes first] in ops/autograd/engine.cpp).
+    std::optional<autograd::detail::PointwiseNodeScope> pointwise;
+    if (in_device == device) pointwise.emplace();
     autograd::record("ToCopyBackward", {x}, {out}, {}, [in_device, in_dtype](autograd::BackwardContext& ctx) {
       return TensorList{ctx.grad().to(in_device, in_dtype)};
     });

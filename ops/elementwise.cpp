@@ -6,10 +6,12 @@
 #include <limits>
 
 #include "nabla/ops/autograd/detail/no_double_backward.h"
+#include "nabla/ops/autograd/detail/pointwise_node.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/copy.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cuda/elementwise/kernels.h"
+#include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/autocast_policy.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
@@ -25,6 +27,14 @@ using ops::UnaryParams;
 
 namespace {
 
+// autograd::record for a pointwise op's node, which the engine runs as soon as it is ready (Note
+// [Pointwise nodes first] in ops/autograd/engine.cpp).
+void record_pointwise(const char* name, const TensorList& inputs, const TensorList& outputs,
+                      const TensorList& save, autograd::BackwardFn backward) {
+  const autograd::detail::PointwiseNodeScope pointwise;
+  autograd::record(name, inputs, outputs, save, std::move(backward));
+}
+
 // Outputs follow the layout of the first input that has the full output shape, so
 // channels_last activations stay channels_last.
 MemoryFormat output_format(const Shape& sizes, std::initializer_list<const Tensor*> inputs) {
@@ -33,6 +43,27 @@ MemoryFormat output_format(const Shape& sizes, std::initializer_list<const Tenso
     if (t->sizes() == sizes) return t->suggest_memory_format();
   }
   return MemoryFormat::Contiguous;
+}
+
+// The output of a pointwise op: channels_last as output_format says; else, when every input of
+// the full output shape has one same non-contiguous dense layout (a transposed view's, a gradient
+// in its input's layout), that layout, so the output goes back through the views its inputs came
+// from as a view (Note [Gradients in their input's layout] in ops/detail/alias.h); else contiguous.
+Tensor empty_output(const Shape& sizes, DType dtype, Device device,
+                    std::initializer_list<const Tensor*> inputs) {
+  const MemoryFormat format = output_format(sizes, inputs);
+  const TensorOptions options{.dtype = dtype, .device = device, .memory_format = format};
+  if (format != MemoryFormat::Contiguous) return Tensor::empty(sizes, options);
+  const Shape* shared = nullptr;
+  for (const Tensor* t : inputs) {
+    if (t->sizes() != sizes) continue;
+    if (shared != nullptr && *shared != t->strides()) return Tensor::empty(sizes, options);
+    shared = &t->strides();
+  }
+  if (shared == nullptr || *shared == contiguous_strides(sizes) ||
+      !is_non_overlapping_and_dense(sizes, *shared))
+    return Tensor::empty(sizes, options);
+  return ops::with_strides(Tensor::empty({numel_of(sizes)}, options), sizes, *shared);
 }
 
 Tensor cast_to(const Tensor& t, DType dtype) {
@@ -46,8 +77,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x_in, const char* name, UnaryPara
               describe(x_in));
   Tensor x = ops::is_float_only(op) && !x_in.is_floating_point() ? x_in.to(kFloat32) : x_in;
   DType out_dtype = ops::is_comparison(op) ? kBool : x.dtype();
-  Tensor out = Tensor::empty(
-      x.sizes(), {.dtype = out_dtype, .device = x.device(), .memory_format = output_format(x.sizes(), {&x})});
+  Tensor out = empty_output(x.sizes(), out_dtype, x.device(), {&x});
   // A compiled step records the op instead (Note [Deferred launches]); what it declines runs now.
   nabla::dispatch_pointwise(
       ops::name(op), x, [&] { ops::cpu::unary(op, x, out, p); },
@@ -80,8 +110,7 @@ Tensor binary_forward(BinaryOp op, const Tensor& a_in, const Tensor& b_in, const
   Tensor a = mixed ? a_in : cast_to(a_in, common), b = mixed ? b_in : cast_to(b_in, common);
   Shape sizes = broadcast_shapes(a.sizes(), b.sizes(), name);
   DType out_dtype = ops::is_comparison(op) ? kBool : common;
-  Tensor out = Tensor::empty(
-      sizes, {.dtype = out_dtype, .device = a.device(), .memory_format = output_format(sizes, {&a, &b})});
+  Tensor out = empty_output(sizes, out_dtype, a.device(), {&a, &b});
   nabla::dispatch_pointwise(
       ops::name(op), a, [&] { ops::cpu::binary(op, a, b, out, alpha); },
       [&] {
@@ -116,7 +145,7 @@ Tensor unary_op(UnaryOp op, const Tensor& x, const char* name, const char* node,
     TensorList saved;
     if (save == Save::input) saved.push_back(x);
     if (save == Save::output) saved.push_back(y);
-    autograd::record(node, {x}, {y}, saved, backward);
+    record_pointwise(node, {x}, {y}, saved, backward);
   }
   return y;
 }
@@ -136,19 +165,19 @@ Tensor scalar_op(UnaryOp op, const Tensor& x, double s, const char* name) {
   if (!autograd::needs_grad({x})) return y;
   switch (op) {
     case UnaryOp::AddScalar:
-      autograd::record("AddScalarBackward", {x}, {y}, {},
+      record_pointwise("AddScalarBackward", {x}, {y}, {},
                        [](BackwardContext& c) { return TensorList{c.grad()}; });
       break;
     case UnaryOp::MulScalar:
-      autograd::record("MulScalarBackward", {x}, {y}, {},
+      record_pointwise("MulScalarBackward", {x}, {y}, {},
                        [s](BackwardContext& c) { return TensorList{c.grad() * s}; });
       break;
     case UnaryOp::RSubScalar:
-      autograd::record("RSubScalarBackward", {x}, {y}, {},
+      record_pointwise("RSubScalarBackward", {x}, {y}, {},
                        [](BackwardContext& c) { return TensorList{-c.grad()}; });
       break;
     case UnaryOp::RDivScalar:  // d(s/x) = -s/x^2 = -y/x
-      autograd::record("RDivScalarBackward", {x}, {y}, {x, y},
+      record_pointwise("RDivScalarBackward", {x}, {y}, {x, y},
                        [](BackwardContext& c) { return TensorList{-c.grad() * c.saved[1] / c.saved[0]}; });
       break;
     default:
@@ -166,7 +195,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   Tensor y = binary_forward(BinaryOp::Add, a, b, "add", alpha);
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("AddBackward", {a, b}, {y}, {}, [sa, sb, alpha](BackwardContext& c) {
+    record_pointwise("AddBackward", {a, b}, {y}, {}, [sa, sb, alpha](BackwardContext& c) {
       return TensorList{c.needs(0) ? sum_to(c.grad(), sa) : Tensor(),
                         c.needs(1) ? sum_to(alpha == 1.0 ? c.grad() : c.grad() * alpha, sb) : Tensor()};
     });
@@ -184,7 +213,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
     Shape sa = a.sizes(), sb = b.sizes();
     // Each operand is saved for the other's gradient only (as PyTorch does): rotary embedding's
     // `q * cos` keeps cos, not q.
-    autograd::record("MulBackward", {a, b}, {y},
+    record_pointwise("MulBackward", {a, b}, {y},
                      {b.requires_grad() ? a : Tensor(), a.requires_grad() ? b : Tensor()},
                      [sa, sb](BackwardContext& c) {
                        return TensorList{c.needs(0) ? sum_to(c.grad() * c.saved[1], sa) : Tensor(),
@@ -198,7 +227,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
   Tensor y = binary_forward(BinaryOp::Div, a, b, "div");
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("DivBackward", {a, b}, {y}, {b.requires_grad() ? a : Tensor(), b},
+    record_pointwise("DivBackward", {a, b}, {y}, {b.requires_grad() ? a : Tensor(), b},
                      [sa, sb](BackwardContext& c) {
                        const Tensor &x = c.saved[0], &d = c.saved[1];
                        return TensorList{c.needs(0) ? sum_to(c.grad() / d, sa) : Tensor(),
@@ -214,7 +243,7 @@ Tensor pow(const Tensor& a_in, const Tensor& b_in) {
   Tensor y = binary_forward(BinaryOp::Pow, a, b, "pow");
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("PowBackward", {a, b}, {y}, {a, b, y}, [sa, sb](BackwardContext& c) {
+    record_pointwise("PowBackward", {a, b}, {y}, {a, b, y}, [sa, sb](BackwardContext& c) {
       const Tensor &x = c.saved[0], &e = c.saved[1], &out = c.saved[2];
       return TensorList{c.needs(0) ? sum_to(c.grad() * e * pow(x, e - 1.0), sa) : Tensor(),
                         c.needs(1) ? sum_to(c.grad() * out * log(x), sb) : Tensor()};
@@ -228,7 +257,7 @@ Tensor pow(const Tensor& a_in, double exponent) {
   const Tensor a = ops::autocast_one(ops::AutocastCategory::Float32, a_in);
   Tensor y = unary_forward(UnaryOp::PowScalar, a, "pow", {.a = exponent});
   if (autograd::needs_grad({a})) {
-    autograd::record("PowScalarBackward", {a}, {y}, {a}, [exponent](BackwardContext& c) {
+    record_pointwise("PowScalarBackward", {a}, {y}, {a}, [exponent](BackwardContext& c) {
       if (exponent == 0.0) return TensorList{zeros_like(c.grad())};
       return TensorList{c.grad() * exponent * pow(c.saved[0], exponent - 1.0)};
     });
@@ -248,7 +277,7 @@ Tensor extremum(const Tensor& a, const Tensor& b, bool is_max) {
   Tensor y = binary_forward(is_max ? BinaryOp::Maximum : BinaryOp::Minimum, a, b, name);
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record(is_max ? "MaximumBackward" : "MinimumBackward", {a, b}, {y}, {a, b},
+    record_pointwise(is_max ? "MaximumBackward" : "MinimumBackward", {a, b}, {y}, {a, b},
                      [sa, sb, is_max](BackwardContext& c) {
                        Tensor share = winner_mask(c.saved[0], c.saved[1], is_max, c.grad().dtype());
                        return TensorList{c.needs(0) ? sum_to(c.grad() * share, sa) : Tensor(),
@@ -477,8 +506,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   DType common = promote_types(a.dtype(), b.dtype());
   Tensor ac = cast_to(a, common), bc = cast_to(b, common);
   Shape sizes = broadcast_shapes(broadcast_shapes(cond.sizes(), a.sizes(), "where"), b.sizes(), "where");
-  Tensor out = Tensor::empty(
-      sizes, {.dtype = common, .device = a.device(), .memory_format = output_format(sizes, {&ac, &bc})});
+  Tensor out = empty_output(sizes, common, a.device(), {&ac, &bc});
   nabla::dispatch_pointwise(
       "where", a, [&] { ops::cpu::where(cond, ac, bc, out); },
       [&] {
@@ -488,7 +516,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
       });
   if (autograd::needs_grad({a, b})) {
     Shape sa = a.sizes(), sb = b.sizes();
-    autograd::record("WhereBackward", {a, b}, {out}, {cond}, [sa, sb](BackwardContext& c) {
+    record_pointwise("WhereBackward", {a, b}, {out}, {cond}, [sa, sb](BackwardContext& c) {
       Tensor zero = zeros_like(c.grad());
       return TensorList{c.needs(0) ? sum_to(where(c.saved[0], c.grad(), zero), sa) : Tensor(),
                         c.needs(1) ? sum_to(where(c.saved[0], zero, c.grad()), sb) : Tensor()};

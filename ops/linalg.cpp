@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "nabla/core/autograd/grad_mode.h"
+#include "nabla/ops/autograd/engine.h"
 #include "nabla/ops/autograd/function.h"
 #include "nabla/ops/cpu/kernels.h"
 #include "nabla/ops/cpu/linalg_kernels.h"
@@ -271,11 +272,39 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   }
 }
 
+// g @ w, the gradient of linear's input, plus `pending`, the gradient other nodes already sent to
+// that input (autograd::take_pending_gradient; undefined: none). Where pending is a contiguous
+// CUDA buffer of the result's shape and dtype that nothing else holds, the GEMM adds the product
+// onto it (cuBLASLt's beta = 1): the q, k and v projections' gradients of the one input they
+// share are summed without an elementwise pass each. Otherwise the two are added.
+Tensor input_gradient_plus(const Tensor& g, const Tensor& w, const Shape& x_sizes, const Tensor& pending,
+                           bool tf32) {
+  if (pending.defined() && pending.is_cuda() && !GradMode::is_enabled() && pending.sizes() == x_sizes &&
+      pending.dtype() == g.dtype() && g.dtype() == w.dtype() && g.device() == pending.device() &&
+      pending.is_contiguous() && pending.impl_ptr().use_count() == 1 && pending.storage().use_count() == 1 &&
+      g.numel() > 0 && is_floating(g.dtype())) {
+    NoGradGuard no_grad;
+    const Tensor g2 = flatten_rows(g);  // (rows, out)
+    const Tensor out = ops::alias(pending, {g2.size(0), w.size(1)},
+                                  contiguous_strides({g2.size(0), w.size(1)}), pending.storage_offset());
+    const bool accumulated = ops::dispatch(
+        "linear", g, [] { return false; },
+        [&] {
+          const Tensor a = ops::cuda::is_gemm_operand(g2) ? g2 : g2.contiguous();
+          const Tensor b = ops::cuda::is_gemm_operand(w) ? w : w.contiguous();
+          return ops::cuda::gemm(a, b, out, {.allow_tf32 = tf32, .accumulate = true});
+        });
+    if (accumulated) return pending;
+  }
+  Tensor grad_x = matmul_op("matmul", g, w, tf32);  // (..., out) @ (out, in)
+  return pending.defined() ? grad_x + pending : grad_x;
+}
+
 // The gradients of x, weight and bias from g (..., out), the gradient of x @ w^T + b.
 TensorList linear_gradients(const autograd::BackwardContext& ctx, const Tensor& g, const Tensor& x,
                             const Tensor& w, bool tf32) {
   Tensor grad_x, grad_w, grad_b;
-  if (ctx.needs(0)) grad_x = matmul_op("matmul", g, w, tf32);  // (..., out) @ (out, in)
+  if (ctx.needs(0)) grad_x = input_gradient_plus(g, w, x.sizes(), autograd::take_pending_gradient(0), tf32);
   if (ctx.needs(1) || ctx.needs(2)) {
     Tensor g2 = flatten_rows(g);  // (rows, out)
     if (ctx.needs(1)) std::tie(grad_w, grad_b) = weight_gradient(g2, flatten_rows(x), w, ctx.needs(2), tf32);

@@ -88,11 +88,13 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
   return new_strides;
 }
 
-// The inverse of slicing: zeros of `sizes` with `g` written at the slice. Differentiable (its
-// own backward is the slice), so double backward works through views.
-Tensor slice_backward(const Tensor& g, const Shape& sizes, int64_t dim, int64_t start, int64_t end,
-                      int64_t step) {
-  Tensor out = zeros(sizes, {.dtype = g.dtype(), .device = g.device()});
+// The inverse of slicing: zeros of `sizes` (laid out with `strides`, the sliced tensor's dense
+// layout: Note [Gradients in their input's layout] in ops/detail/alias.h) with `g` written at the
+// slice. Differentiable (its own backward is the slice), so double backward works through views.
+Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides, int64_t dim, int64_t start,
+                      int64_t end, int64_t step) {
+  Tensor out =
+      ops::with_strides(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, strides);
   {
     NoGradGuard no_grad;
     Tensor window = slice(out, dim, start, end, step);
@@ -173,10 +175,10 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   sizes[d] = (e - s + step - 1) / step;
   strides[d] *= step;
   int64_t offset = x.storage_offset() + s * x.stride(d);
-  Shape in_sizes = x.sizes();
+  Shape in_sizes = x.sizes(), in_strides = ops::dense_strides_like(x);
   return make_view(x, sizes, strides, offset, "SliceBackward",
-                   [in_sizes, d, s, e, step](autograd::BackwardContext& ctx) {
-                     return TensorList{slice_backward(ctx.grad(), in_sizes, d, s, e, step)};
+                   [in_sizes, in_strides, d, s, e, step](autograd::BackwardContext& ctx) {
+                     return TensorList{slice_backward(ctx.grad(), in_sizes, in_strides, d, s, e, step)};
                    });
 }
 
@@ -202,11 +204,12 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   int64_t offset = x.storage_offset() + index * strides[d];
   sizes.erase(sizes.begin() + d);
   strides.erase(strides.begin() + d);
-  Shape in_sizes = x.sizes();
-  return make_view(
-      x, sizes, strides, offset, "SelectBackward", [in_sizes, d, index](autograd::BackwardContext& ctx) {
-        return TensorList{slice_backward(ctx.grad().unsqueeze(d), in_sizes, d, index, index + 1, 1)};
-      });
+  Shape in_sizes = x.sizes(), in_strides = ops::dense_strides_like(x);
+  return make_view(x, sizes, strides, offset, "SelectBackward",
+                   [in_sizes, in_strides, d, index](autograd::BackwardContext& ctx) {
+                     return TensorList{slice_backward(ctx.grad().unsqueeze(d), in_sizes, in_strides, d, index,
+                                                      index + 1, 1)};
+                   });
 }
 
 Tensor expand(const Tensor& x, const Shape& sizes) {

@@ -2,7 +2,8 @@
 //
 // 1. Count, for every node reachable from the roots, how many edges point at it.
 // 2. Run nodes whose count reached zero, newest first (highest sequence_nr), leaf accumulators
-//    before anything else, so leaf gradients (and DDP's buckets) are final as early as possible.
+//    before anything else, so leaf gradients (and DDP's buckets) are final as early as possible,
+//    and pointwise ops' nodes before the rest (Note [Pointwise nodes first]).
 // 3. Each node's outputs are added into the input buffers of the nodes its edges name.
 // Gradients for one node input are summed in its buffer before the node runs, which is what
 // makes a leaf's gradient "final" when its AccumulateGrad runs. A running node may take the sum so
@@ -12,7 +13,6 @@
 // every block input.
 #include "nabla/ops/autograd/engine.h"
 
-#include <limits>
 #include <optional>
 #include <queue>
 #include <unordered_map>
@@ -30,8 +30,27 @@ namespace nabla::autograd {
 
 namespace {
 
-uint64_t priority(const Node* node) {
-  return dynamic_cast<const AccumulateGrad*>(node) ? std::numeric_limits<uint64_t>::max() : node->sequence_nr;
+// Note [Pointwise nodes first]: among the nodes ready to run, leaf accumulators go first (leaf
+// gradients, and DDP's buckets, final as early as possible), then the nodes of pointwise ops, then
+// the rest, each newest first. A pointwise node's backward is pointwise ops, which a compiled
+// step holds and fuses until something else runs (Note [Deferred launches]); run before a ready
+// matmul's backward, which would flush them, they join the pointwise ops just held. SwiGLU's
+// silu_backward then fuses with the multiply's backward before the up-projection's weight
+// gradient is computed, instead of running as a kernel of its own after it. The order changes
+// when a node runs, not what it computes; a gradient summed from several nodes may be summed in
+// another order than newest-first alone would give, the same order in eager and compiled steps.
+struct Priority {
+  int rank = 0;  // 2: a leaf accumulator, 1: a pointwise op's node, 0: any other node
+  uint64_t sequence_nr = 0;
+  bool operator<(const Priority& other) const {
+    return rank != other.rank ? rank < other.rank : sequence_nr < other.sequence_nr;
+  }
+};
+
+Priority priority(const Node* node) {
+  if (dynamic_cast<const AccumulateGrad*>(node)) return {.rank = 2, .sequence_nr = node->sequence_nr};
+  const auto* function = dynamic_cast<const FunctionNode*>(node);
+  return {.rank = function != nullptr && function->pointwise ? 1 : 0, .sequence_nr = node->sequence_nr};
 }
 
 // The callbacks queued during the outermost backward pass running on this thread.
@@ -42,7 +61,7 @@ thread_local std::vector<std::function<void()>>* current_callbacks = nullptr;
 thread_local std::function<Tensor(size_t)>* current_pending = nullptr;
 
 struct ReadyEntry {
-  uint64_t priority;
+  Priority priority;
   Node* node;
   bool operator<(const ReadyEntry& other) const { return priority < other.priority; }
 };

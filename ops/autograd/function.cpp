@@ -2,6 +2,7 @@
 #include "nabla/ops/autograd/function.h"
 
 #include "nabla/ops/autograd/detail/nodes.h"
+#include "nabla/ops/autograd/detail/pointwise_node.h"
 #include "nabla/ops/autograd/detail/saved_report.h"
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/elementwise.h"
@@ -38,6 +39,24 @@ Edge gradient_edge(const Tensor& t) {
   return {acc, 0};
 }
 
+namespace detail {
+
+namespace {
+thread_local bool t_recording_pointwise = false;
+}  // namespace
+
+bool recording_pointwise() {
+  return t_recording_pointwise;
+}
+PointwiseNodeScope::PointwiseNodeScope() : outer_(t_recording_pointwise) {
+  t_recording_pointwise = true;
+}
+PointwiseNodeScope::~PointwiseNodeScope() {
+  t_recording_pointwise = outer_;
+}
+
+}  // namespace detail
+
 void record(const char* name, const TensorList& inputs, const TensorList& outputs, const TensorList& save,
             BackwardFn backward) {
   std::vector<SavedTensor> saved;
@@ -68,6 +87,7 @@ void record(const char* name, const TensorList& inputs, const TensorList& output
   auto node = std::make_shared<FunctionNode>(name, std::move(backward), std::move(saved), needs,
                                              std::move(input_meta), std::move(output_meta));
   for (auto [s, o] : saved_outputs) node->mark_saved_output(s, node, o);
+  node->pointwise = detail::recording_pointwise();
   // Edges are read before outputs are rewired, so an in-place op may list `self` as both.
   node->next_edges.reserve(inputs.size());
   for (const auto& in : inputs) node->next_edges.push_back(gradient_edge(in));

@@ -32,4 +32,21 @@ inline int64_t layout_extent(const Shape& sizes, const Shape& strides) {
   return extent;
 }
 
+// Note [Gradients in their input's layout]: a gradient laid out as its input is (PyTorch's
+// empty_like with preserve_format) reaches the views the input came from as views again, where a
+// contiguous one would be copied: attention's dq, dk and dv going back through the heads'
+// transpose and the projection's reshape, the zeros a slice's backward writes into. `like`'s
+// strides when they are non-overlapping and dense (a permutation of a contiguous layout), else
+// contiguous ones.
+inline Shape dense_strides_like(const Tensor& like) {
+  return is_non_overlapping_and_dense(like.sizes(), like.strides()) ? like.strides()
+                                                                    : contiguous_strides(like.sizes());
+}
+
+// `flat` (numel(sizes) elements, contiguous, fresh) seen as `sizes` with `strides` from
+// dense_strides_like: the buffer of a gradient in its input's layout.
+inline Tensor with_strides(const Tensor& flat, const Shape& sizes, const Shape& strides) {
+  return alias(flat, sizes, strides, flat.storage_offset());
+}
+
 }  // namespace nabla::ops

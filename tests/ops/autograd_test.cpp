@@ -257,6 +257,63 @@ TEST(Autograd, TakePendingGradientHandsOverTheSumSoFar) {
   EXPECT_FALSE(autograd::take_pending_gradient(0).defined());  // outside a backward pass
 }
 
+// Note [Pointwise nodes first]: of two ready nodes, a pointwise op's runs before a newer matmul's
+// (whose backward would flush a compiled step's held ops), and the gradients are the same.
+TEST(Autograd, ReadyPointwiseNodesRunBeforeNewerOtherNodes) {
+  Tensor x = random_input({4, 3}, test_seed(), kFloat64, true);
+  const Tensor w = random_input({5, 3}, test_seed() + 1, kFloat64);
+  Tensor p = x * 3.0;       // pointwise, older
+  Tensor m = linear(x, w);  // newer, not pointwise
+  std::vector<std::string> order;
+  p.register_hook([&](const Tensor&) {
+    order.push_back("mul");
+    return Tensor();
+  });
+  m.register_hook([&](const Tensor&) {
+    order.push_back("linear");
+    return Tensor();
+  });
+  (p.sum() + m.sum()).backward();
+  EXPECT_EQ(order, (std::vector<std::string>{"mul", "linear"}));
+  // d/dx = 3 + the column sums of w, in every row.
+  const Tensor expected = (w.sum({0}) + 3.0).unsqueeze(0).expand({4, 3});
+  EXPECT_TRUE(all_close(x.grad(), expected, 1e-12));
+}
+
+// Note [Gradients in their input's layout]: the gradient a slice's backward makes is laid out as
+// the sliced tensor (here a transposed view), and a pointwise op of inputs sharing one dense
+// layout gives that layout; so the sum of two halves' gradients goes back through the transpose
+// and a reshape as views. The values are the usual ones.
+TEST(Autograd, SliceGradientsAndPointwiseResultsKeepTheirInputsDenseLayout) {
+  Tensor base = random_input({2, 5, 3, 4}, test_seed(), kFloat64, true);  // (b, t, h, d)
+  Tensor x = base * 1.0;                                                  // not a leaf
+  Tensor heads = x.transpose(1, 2);                                       // (b, h, t, d) view
+  Tensor seen;
+  heads.register_hook([&](const Tensor& g) {
+    seen = g;
+    return Tensor();
+  });
+  const Tensor c = random_input({2, 3, 5, 2}, test_seed() + 1, kFloat64);
+  Tensor a = heads.narrow(-1, 0, 2), b = heads.narrow(-1, 2, 2);
+  ((a * c).sum() + (b * c * 2.0).sum()).backward();
+  ASSERT_TRUE(seen.defined());
+  EXPECT_EQ(seen.strides(), heads.strides()) << "the summed slice gradients keep the view's layout";
+  EXPECT_TRUE(seen.transpose(1, 2).is_contiguous());
+  const Tensor expected = cat({c, c * 2.0}, -1).transpose(1, 2);
+  EXPECT_TRUE(all_close(base.grad(), expected, 1e-12));
+
+  // Pointwise results: one shared dense layout is kept; mixed layouts give contiguous results.
+  const Tensor t1 = random_input({4, 6}, test_seed() + 2, kFloat64).t(),
+               t2 = random_input({4, 6}, test_seed() + 3, kFloat64).t();
+  const Tensor same = t1 + t2;
+  EXPECT_EQ(same.strides(), t1.strides());
+  EXPECT_TRUE(all_close(same, t1.contiguous() + t2.contiguous(), 0));
+  const Tensor mixed = t1 + t2.contiguous();
+  EXPECT_TRUE(mixed.is_contiguous());
+  EXPECT_TRUE(all_close(mixed, t1.contiguous() + t2.contiguous(), 0));
+  EXPECT_EQ(exp(t1).strides(), t1.strides());
+}
+
 TEST(Autograd, RequiresGradOnlyOnFloatingLeaves) {
   Tensor i = arange(3, {.dtype = kInt64});
   EXPECT_NABLA_ERROR(i.requires_grad_(), "only floating-point tensors can require gradients");

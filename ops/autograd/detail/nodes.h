@@ -33,6 +33,8 @@ class FunctionNode final : public Node {
   void mark_saved_output(size_t saved_index, const std::shared_ptr<Node>& self, uint32_t output_nr) {
     saved_[saved_index].set_output_of(self, output_nr);
   }
+  // A pointwise op's node (detail/pointwise_node.h): the engine runs it as soon as it is ready.
+  bool pointwise = false;
 
  private:
   const char* name_;

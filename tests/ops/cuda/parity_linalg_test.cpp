@@ -259,6 +259,33 @@ TEST(CudaParityLinalg, SixteenBitLinearBiasGradientsFromTheEpilogueMatchTheCpu) 
   }
 }
 
+// One input read by three linear layers (attention's q, k and v projections): the later layers'
+// input gradients accumulate into the sum so far in the GEMM (beta = 1; ops/linalg.cpp
+// input_gradient_plus) instead of adding it in a pass of their own. The reference is the sum of
+// the three products in float64 on the CPU; the 16-bit sum is rounded once per product.
+TEST(CudaParityLinalg, ALinearInputSharedByThreeLayersSumsItsGradientInTheGemm) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = test_seed();
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
+    const Tensor x0 = random_input({2, 33, 64}, ++seed, dtype);
+    std::vector<Tensor> ws, gs;
+    Tensor x = to_cuda(x0).requires_grad_(true);
+    Tensor h = x * 1.0;  // a non-leaf: its gradient is summed by the engine, not a leaf accumulator
+    Tensor loss;
+    Tensor expected = zeros({2, 33, 64}, {.dtype = kFloat64});
+    for (int64_t out : {48, 16, 16}) {
+      ws.push_back(random_input({out, 64}, ++seed, dtype));
+      gs.push_back(random_input({2, 33, out}, ++seed, dtype));
+      const Tensor term = (linear(h, to_cuda(ws.back())) * to_cuda(gs.back()).to(kFloat32)).sum();
+      loss = loss.defined() ? loss + term : term;
+      expected = expected + matmul(gs.back().to(kFloat64), ws.back().to(kFloat64));
+    }
+    loss.backward();
+    const double tolerance = dtype == kFloat32 ? 1e-5 : 3e-2;
+    EXPECT_TRUE(matches_cpu(x.grad(), expected.to(dtype), Tolerance{tolerance, tolerance * 8})) << dtype_name(dtype);
+  }
+}
+
 // linear's GELU activation: in float16/bfloat16 cuBLASLt's GELU_AUX_BIAS epilogue writes the
 // activation and keeps the pre-activation for the backward (the node must be the fused one, so
 // the epilogue really ran); the reference is gelu_tanh(x w^T + b) and its gradients in float64
