@@ -17,7 +17,8 @@
 # of the plain LLaMA's graphed, fused step (CUPTI; the bundle must carry
 # tools/libnabla_cupti_trace.so and tools/libcupti.so.13) and of torch.compile's step
 # (torch.profiler), summarized by kind of kernel side by side; probe = where nvJPEG is on the
-# machine (issue 47). Logs under $OUT; a table last.
+# machine (issue 47); llamaq = the plain LLaMA beside PyTorch only; decode = nabla-bench data
+# --decode both on build/gpu-jpegs (carry it). Logs under $OUT; a table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -82,6 +83,18 @@ if has llama; then
     > "$out/llama_graph_fuse1_torch.log" 2>&1
   NABLA_FUSION=0 llama 120 --cuda-graph > "$out/llama_graph_fuse0.log" 2>&1
   llama 150 ${LLAMA_EAGER_ARGS:-} > "$out/llama_eager.log" 2>&1
+fi
+if has llamaq; then
+  # The plain LLaMA graphed and fused beside PyTorch eager and torch.compile, alone.
+  NABLA_FUSION=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" llama 300 --cuda-graph --compare-pytorch \
+    > "$out/llama_graph_fuse1_torch.log" 2>&1
+fi
+if has decode; then
+  # Issue 47: the CPU loader and the GPU (nvJPEG) loader on the carried ImageNet-sized JPEGs
+  # (build/gpu-jpegs, made by tools/make_jpeg_set.py --imagenet).
+  timeout 240 "$x/apps/nabla-bench" data --root build/gpu-jpegs/train --threads 4,16 --batch-size 128 \
+    --repeat 8 --decode both > "$out/decode.log" 2>&1
+  echo "decode rc=$?" >> "$out/rc"
 fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
@@ -174,6 +187,7 @@ done
   /^NABLA_SAVED_REPORT|^saved for backward|^  / {last = n} END {for (i = 0; i < last && i < 40; ++i) print block[i]}' \
   "$out/trace_llama_nabla.log"
 [[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
+[[ -f $out/decode.log ]] && grep -v '^$' "$out/decode.log" | tail -14
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"
