@@ -229,6 +229,12 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, DataLoaderOptions optio
   if (!options_.collate) image_dataset_ = dynamic_cast<ImageDataset*>(dataset_.get());
   NABLA_CHECK(!options_.defer_decode || image_dataset_ != nullptr,
               "DataLoader: defer_decode needs an ImageDataset (such as ImageFolder) and no custom collate");
+  if (options_.defer_decode) {
+    const ImageShape shape = image_dataset_->image_shape();
+    NABLA_CHECK(shape.channels == 3 && shape.height == shape.width,
+                "DataLoader: defer_decode needs square RGB images (the GPU decoder's output), got {}x{}x{}",
+                shape.height, shape.width, shape.channels);
+  }
   if (options_.sampler) {
     sampler_ = options_.sampler;
   } else if (options_.shuffle) {

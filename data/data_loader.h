@@ -57,8 +57,9 @@ struct DataLoaderOptions {
   bool pin_memory = false;  // page-locked batch buffers, for asynchronous uploads
   // ImageDataset only: workers read each file and plan its crop and flip, and leave the JPEGs
   // the GPU decoder takes to it (DevicePrefetcher decodes them with nvJPEG); the rest they
-  // decode as usual (ImageDataset::load_deferred). A DevicePrefetcher over the loader decodes
-  // the rest on the GPU (data/device_prefetcher.h).
+  // decode as usual (ImageDataset::load_deferred). Such batches need a DevicePrefetcher over the
+  // loader, which decodes the rest on the GPU (data/device_prefetcher.h): their GPU rows' pixels
+  // are not written. Square RGB images only.
   bool defer_decode = false;
   uint64_t seed = 0;  // shuffling and per-sample augmentation (SampleContext::seed)
   OnBadSample on_bad_sample = OnBadSample::error;

@@ -1,6 +1,8 @@
 // Slot and load_sample (see loader_slot.h).
 #include "nabla/data/detail/loader_slot.h"
 
+#include <atomic>
+
 #include <fmt/format.h>
 
 #include "nabla/core/logging.h"
@@ -67,8 +69,14 @@ void Slot::open(int64_t batch_number, int64_t sample_count, const SlotSetup& set
     if (!setup.defer_decode) {
       deferred.reset();
     } else {
-      // A batch still holding the last vector (the user's, or a prefetcher's queue) keeps it.
-      if (!deferred || deferred.use_count() > 1) deferred = std::make_shared<std::vector<DeferredImage>>();
+      // Reused once the batch that carried it is gone (its file buffers keep their capacity); a
+      // batch still held (the user's, a prefetcher's queue) keeps its vector and this slot
+      // takes a fresh one. The fence orders the last holder's reads before our writes.
+      if (!deferred || deferred.use_count() > 1) {
+        deferred = std::make_shared<std::vector<DeferredImage>>();
+      } else {
+        std::atomic_thread_fence(std::memory_order_acquire);
+      }
       deferred->resize(static_cast<size_t>(count));
     }
   } else {

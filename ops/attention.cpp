@@ -178,7 +178,8 @@ int64_t end_offset(const Tensor& t) {
 
 // dq, dk, dv: views of one buffer laid out as q, k and v lie in theirs, when q, k and v are equally
 // shaped and strided pieces of one storage, a constant distance apart, that together cover it
-// densely (so the three can never overlap); separate contiguous tensors otherwise.
+// densely (so the three can never overlap); otherwise separate tensors, each in its input's dense layout
+// (contiguous where that is not dense).
 std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const Tensor& v) {
   // Each in its input's layout (Note [Gradients in their input's layout] in ops/detail/alias.h):
   // a v that is the heads' view of a projection gets a dv that goes back through it as a view.

@@ -88,13 +88,14 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
   return new_strides;
 }
 
-// The inverse of slicing: zeros of `sizes` (laid out with `strides`, the sliced tensor's dense
-// layout: Note [Gradients in their input's layout] in ops/detail/alias.h) with `g` written at the
+// The inverse of slicing: zeros of `sizes`, laid out as the sliced tensor was (`strides`) when that
+// layout is dense (Note [Gradients in their input's layout] in ops/detail/alias.h), with `g` written at the
 // slice. Differentiable (its own backward is the slice), so double backward works through views.
 Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides, int64_t dim, int64_t start,
                       int64_t end, int64_t step) {
+  const Shape layout = is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
   Tensor out =
-      ops::with_strides(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, strides);
+      ops::with_strides(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, layout);
   {
     NoGradGuard no_grad;
     Tensor window = slice(out, dim, start, end, step);
@@ -175,7 +176,8 @@ Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t s
   sizes[d] = (e - s + step - 1) / step;
   strides[d] *= step;
   int64_t offset = x.storage_offset() + s * x.stride(d);
-  Shape in_sizes = x.sizes(), in_strides = ops::dense_strides_like(x);
+  const Shape& in_sizes = x.sizes();
+  const Shape& in_strides = x.strides();
   return make_view(x, sizes, strides, offset, "SliceBackward",
                    [in_sizes, in_strides, d, s, e, step](autograd::BackwardContext& ctx) {
                      return TensorList{slice_backward(ctx.grad(), in_sizes, in_strides, d, s, e, step)};
@@ -204,7 +206,8 @@ Tensor select(const Tensor& x, int64_t dim, int64_t index) {
   int64_t offset = x.storage_offset() + index * strides[d];
   sizes.erase(sizes.begin() + d);
   strides.erase(strides.begin() + d);
-  Shape in_sizes = x.sizes(), in_strides = ops::dense_strides_like(x);
+  const Shape& in_sizes = x.sizes();
+  const Shape& in_strides = x.strides();
   return make_view(x, sizes, strides, offset, "SelectBackward",
                    [in_sizes, in_strides, d, index](autograd::BackwardContext& ctx) {
                      return TensorList{slice_backward(ctx.grad().unsqueeze(d), in_sizes, in_strides, d, index,

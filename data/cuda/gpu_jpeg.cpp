@@ -132,8 +132,12 @@ void decode_on_cpu(const DeferredImage& image, std::span<uint8_t> row, int64_t s
                    const std::function<std::string(int64_t)>& name_of) {
   try {
     const ImageHeader header = read_image_header(image.bytes);
-    thread_local DecodedImage decoded;
+    DecodedImage decoded;  // not kept: this path is rare, and one huge image would stay resident
     decode_image(image.bytes, header, ScaleFactor{}, decoded);
+    if (!decoded.corrupt_data.empty()) {
+      NABLA_LOG_WARN("sample {} ({}): {}; decoded with the damaged part filled in", index, name_of(index),
+                     decoded.corrupt_data);
+    }
     resample_bilinear(decoded.pixels, decoded.height, decoded.width, 3, image.map, row, size, size,
                       image.flip);
   } catch (const nabla::Error& e) {
@@ -160,6 +164,8 @@ Tensor GpuJpegDecoder::decode(Batch& host, const NormalizeOptions& normalize, na
   };
   auto index_of = [&](int64_t i) { return host.indices[static_cast<size_t>(i)]; };
   const Device device = Device::cuda(device_);
+  // nvJPEG decodes on the current device: the prefetcher's, whatever the calling thread's is.
+  const nabla::cuda::DeviceGuard on_device(device_);
   void* cuda_stream = stream.handle();
 
   // Which rows nvJPEG decodes; the others are (or become) CPU rows of host.input.

@@ -26,15 +26,15 @@ bool resolve(void* library, const char* symbol, Fn& slot, std::string& missing) 
   return slot != nullptr;
 }
 
-// The names to try, in order: NABLA_NVJPEG's path, the sonames for this CUDA major and the one
-// before (nvJPEG's C API did not change between them), the unversioned link, and the toolkit's.
+// The names to try, in order: NABLA_NVJPEG's path, the soname of this build's CUDA major, the
+// unversioned link, and the toolkit's. Another major's library is never taken: it goes with
+// another CUDA runtime.
 std::vector<std::string> candidates() {
   std::vector<std::string> names;
   if (const char* path = std::getenv("NABLA_NVJPEG"); path != nullptr && *path != '\0')
     names.emplace_back(path);
   const int major = CUDART_VERSION / 1000;
   names.push_back(fmt::format("libnvjpeg.so.{}", major));
-  names.push_back(fmt::format("libnvjpeg.so.{}", major - 1));
   names.emplace_back("libnvjpeg.so");
 #ifdef NABLA_CUDA_LIBRARY_DIR
   names.push_back(fmt::format("{}/libnvjpeg.so.{}", NABLA_CUDA_LIBRARY_DIR, major));

@@ -85,9 +85,9 @@ struct Api {
 };
 
 // The loaded library, or nullptr when it cannot be had (unavailable_reason() says why). The
-// library is looked up as NABLA_NVJPEG names it (a path), else as libnvjpeg.so.<CUDA major>,
-// libnvjpeg.so.12 and libnvjpeg.so through the dynamic linker, else in the CUDA toolkit this
-// build was configured with. It is never closed.
+// library is looked up as NABLA_NVJPEG names it (a path), else as libnvjpeg.so.<this build's CUDA
+// major> and libnvjpeg.so through the dynamic linker, else in the CUDA toolkit this build was
+// configured with. It is never closed.
 const Api* api();
 const std::string& unavailable_reason();
 // "12.9.0": the loaded library's version, or "" when it is unavailable.

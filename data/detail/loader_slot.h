@@ -35,8 +35,8 @@ struct Slot {
   std::vector<Example> examples;    // generic path, one per row
   Example collated;                 // generic path, after finish()
   std::vector<int64_t> indices;     // dataset index per row
-  // defer_decode: one entry per row, kept for the slot's next batch once the last one is dropped
-  // (so each file buffer keeps its capacity).
+  // defer_decode: one entry per row; reused by the slot's next batch when the last one was
+  // dropped by then (its file buffers keep their capacity), else made afresh.
   std::shared_ptr<std::vector<DeferredImage>> deferred;
 
   // Prepares the slot for batch `number` of `count` samples (allocates the batch buffers).

@@ -53,8 +53,8 @@ struct ImageHeader {
   int width = 0;
   int height = 0;
   // A sequential, Huffman-coded, 8-bit YCbCr or grayscale JPEG: what the GPU decoder takes
-  // (data/gpu_decode.h). Progressive, arithmetic-coded, 12-bit, RGB and CMYK JPEGs and PNGs are
-  // decoded on the CPU.
+  // (DataLoaderOptions::defer_decode, data/cuda/gpu_jpeg.h). Progressive, arithmetic-coded, 12-bit, RGB and
+  // CMYK JPEGs and PNGs are decoded on the CPU.
   bool gpu_decodable = false;
 };
 

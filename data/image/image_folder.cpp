@@ -113,7 +113,9 @@ int64_t ImageFolder::load_deferred(int64_t index, DeferredImage& image, std::spa
     read_file(file, image.bytes);
     const ImageHeader header = read_image_header(image.bytes, options_.decode);
     SampleRandom random(context);
-    image.on_gpu = header.gpu_decodable;
+    // nvJPEG says nothing of damaged scan data: a run that makes damage an error
+    // (CorruptDataPolicy::error, --strict-jpeg) decodes every file on the CPU, which does.
+    image.on_gpu = header.gpu_decodable && options_.decode.corrupt_data == CorruptDataPolicy::warn;
     if (image.on_gpu) {
       // The same draws as decode_transformed's plan; the GPU decodes at full size.
       const ImagePlan plan = plan_image(header, transform_, options_.decode, random);

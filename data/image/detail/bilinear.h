@@ -1,8 +1,8 @@
 // Internal to nabla::data (not installed). The taps and blends of Note [Bilinear geometry]
 // (transforms.h), shared by the CPU resampler (transforms.cpp) and the GPU decoder's resample
 // kernel (data/cuda/resample_normalize.cu): one formula, so both turn the same pixels into the same
-// bytes. Both sides evaluate it without fused multiply-adds (the CPU build enables no FMA; the
-// kernel is compiled with --fmad=false), as PyTorch's CPU upsample_bilinear2d does.
+// bytes. Both sides evaluate it without fused multiply-adds (transforms.cpp is compiled with
+// -ffp-contract=off, the kernel with --fmad=false), as PyTorch's CPU upsample_bilinear2d does.
 #pragma once
 
 #include <cstdint>
