@@ -282,7 +282,8 @@ TEST(CudaParityLinalg, ALinearInputSharedByThreeLayersSumsItsGradientInTheGemm) 
     }
     loss.backward();
     const double tolerance = dtype == kFloat32 ? 1e-5 : 3e-2;
-    EXPECT_TRUE(matches_cpu(x.grad(), expected.to(dtype), Tolerance{tolerance, tolerance * 8})) << dtype_name(dtype);
+    EXPECT_TRUE(matches_cpu(x.grad(), expected.to(dtype), Tolerance{tolerance, tolerance * 8}))
+        << dtype_name(dtype);
   }
 }
 
