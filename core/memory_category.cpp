@@ -27,7 +27,7 @@ bool raise_peak(std::atomic<size_t>& peak, size_t value) {
 
 }  // namespace
 
-std::string format_bytes(size_t bytes) {
+std::string format_bytes(size_t bytes, int decimals) {
   constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
   if (bytes < 1024) return fmt::format("{} B", bytes);
   double value = static_cast<double>(bytes) / 1024;
@@ -36,7 +36,7 @@ std::string format_bytes(size_t bytes) {
     value /= 1024;
     ++unit;
   }
-  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+  return fmt::format("{:.{}f} {}", value, decimals, kUnits[unit]);
 }
 
 std::string_view memory_category_name(MemoryCategory category) {

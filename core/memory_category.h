@@ -82,8 +82,8 @@ MemoryCategoryStats memory_category_stats(Device device);
 // reset as cpu_reset_peak_memory_stats / cuda::reset_peak_memory_stats).
 void reset_memory_category_peaks(Device device);
 // Bytes in human units, as the memory reports and error messages print them: "512 B",
-// "4.00 KiB", "2.00 GiB".
-std::string format_bytes(size_t bytes);
+// "4.00 KiB", "2.00 GiB" (with `decimals` digits after the point).
+std::string format_bytes(size_t bytes, int decimals = 2);
 
 // A small table: per category the current and peak bytes and the share at the total's peak,
 // plus the cached row on CUDA.

@@ -184,7 +184,7 @@ std::array<Tensor, 3> gradient_buffers(const Tensor& q, const Tensor& k, const T
   // Each in its input's layout (Note [Gradients in their input's layout] in ops/detail/alias.h):
   // a v that is the heads' view of a projection gets a dv that goes back through it as a view.
   const auto like = [](const Tensor& t) {
-    return ops::with_strides(Tensor::empty({t.numel()}, t.options()), t.sizes(), ops::dense_strides_like(t));
+    return ops::empty_strided(t.sizes(), ops::dense_strides_like(t), t.options());
   };
   const auto separate = [&] { return std::array<Tensor, 3>{like(q), like(k), like(v)}; };
   if (q.storage().get() != k.storage().get() || q.storage().get() != v.storage().get() ||

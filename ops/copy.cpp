@@ -72,8 +72,7 @@ void copy_on_device(const Tensor& dst, const Tensor& src) {
 
 // A fresh dense tensor on `device` with `like`'s sizes and strides (which must be dense).
 Tensor empty_with_layout(const Tensor& like, DType dtype, Device device) {
-  Tensor flat = Tensor::empty({like.numel()}, {.dtype = dtype, .device = device});
-  return ops::alias(flat, like.sizes(), like.strides(), 0);
+  return ops::empty_strided(like.sizes(), like.strides(), {.dtype = dtype, .device = device});
 }
 
 void copy_values(const Tensor& dst, const Tensor& src) {

@@ -63,7 +63,7 @@ Tensor empty_output(const Shape& sizes, DType dtype, Device device,
   if (shared == nullptr || *shared == contiguous_strides(sizes) ||
       !is_non_overlapping_and_dense(sizes, *shared))
     return Tensor::empty(sizes, options);
-  return ops::with_strides(Tensor::empty({numel_of(sizes)}, options), sizes, *shared);
+  return ops::empty_strided(sizes, *shared, options);
 }
 
 Tensor cast_to(const Tensor& t, DType dtype) {

@@ -95,7 +95,7 @@ Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides,
                       int64_t end, int64_t step) {
   const Shape layout = is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
   Tensor out =
-      ops::with_strides(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, layout);
+      ops::alias(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, layout, 0);
   {
     NoGradGuard no_grad;
     Tensor window = slice(out, dim, start, end, step);

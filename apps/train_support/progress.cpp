@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "nabla/core/memory_category.h"
+
 namespace nabla::train_support {
 
 std::string format_duration(double seconds) {
@@ -19,15 +21,8 @@ std::string format_duration(double seconds) {
 }
 
 std::string format_bytes(int64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes) / 1024;
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", v, units[u]);
+  if (bytes < 0) return fmt::format("{} B", bytes);
+  return nabla::format_bytes(static_cast<size_t>(bytes), 1);  // core's, to one decimal
 }
 
 double eta_seconds(const ProgressStats& stats) {

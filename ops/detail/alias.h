@@ -43,10 +43,10 @@ inline Shape dense_strides_like(const Tensor& like) {
                                                                     : contiguous_strides(like.sizes());
 }
 
-// `flat` (numel(sizes) elements, contiguous, fresh) seen as `sizes` with `strides` from
-// dense_strides_like: the buffer of a gradient in its input's layout.
-inline Tensor with_strides(const Tensor& flat, const Shape& sizes, const Shape& strides) {
-  return alias(flat, sizes, strides, flat.storage_offset());
+// A fresh tensor of `sizes` laid out with `strides`, which must be dense (a permutation of a
+// contiguous layout, as dense_strides_like gives): one buffer of numel elements seen through them.
+inline Tensor empty_strided(const Shape& sizes, const Shape& strides, const TensorOptions& options) {
+  return alias(Tensor::empty({numel_of(sizes)}, options), sizes, strides, 0);
 }
 
 }  // namespace nabla::ops
