@@ -72,4 +72,12 @@ decltype(auto) dispatch_pointwise(const char* op, const Tensor& on, Cpu&& cpu, C
   return detail::dispatch_to<false>(op, on.device(), std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
 }
 
+// For queries of host-side state that launch nothing (the allocator's counters): no flush, so
+// asking how much memory is in use, as NABLA_SAVED_REPORT does after every backward node, does
+// not cut the step compiler's regions into pieces and change what it measures.
+template <class Cpu, class Cuda>
+decltype(auto) dispatch_query(const char* op, const Device& device, Cpu&& cpu, Cuda&& cuda) {
+  return detail::dispatch_to<false>(op, device, std::forward<Cpu>(cpu), std::forward<Cuda>(cuda));
+}
+
 }  // namespace nabla

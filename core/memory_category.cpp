@@ -119,7 +119,7 @@ MemoryCategoryStats CategoryCounters::stats() const {
 }  // namespace detail
 
 MemoryCategoryStats memory_category_stats(Device device) {
-  return dispatch(
+  return dispatch_query(
       "memory_category_stats", device, [] { return detail::cpu_memory_category_stats(); },
       [&] { return cuda::backend::memory_category_stats(device.index); });
 }
