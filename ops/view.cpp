@@ -12,6 +12,7 @@
 #include "nabla/ops/detail/alias.h"
 #include "nabla/ops/detail/dispatch.h"
 #include "nabla/ops/factory.h"
+#include "nabla/ops/fusion/recorder.h"
 #include "nabla/ops/indexing.h"
 #include "nabla/ops/reduce.h"
 
@@ -94,9 +95,15 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
 Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides, int64_t dim, int64_t start,
                       int64_t end, int64_t step) {
   const Shape layout = is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
-  Tensor out =
-      ops::alias(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, layout, 0);
-  {
+  // Under the step compiler, a held g and the zeros around it are pieces of out, written only if
+  // someone reads out (Note [Padded slices] in ops/fusion/recorder.cpp).
+  Tensor out;
+  if (step == 1 && g.is_cuda() && ops::fusion::active_recorder() != nullptr) {
+    out = ops::empty_strided(sizes, layout, {.dtype = g.dtype(), .device = g.device()});
+    if (!ops::fusion::record_pad(g, dim, start, out)) out = Tensor();
+  }
+  if (!out.defined()) {
+    out = ops::alias(zeros({numel_of(sizes)}, {.dtype = g.dtype(), .device = g.device()}), sizes, layout, 0);
     NoGradGuard no_grad;
     Tensor window = slice(out, dim, start, end, step);
     copy_(window, g);

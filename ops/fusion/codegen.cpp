@@ -201,6 +201,8 @@ std::string Writer::expression(const Op& op) const {
       return fmt::format("{} ? {} : {}", arg(0), arg(1), arg(2));
     case OpKind::Reduce:
       break;  // the reduction kernel's own fold, not an expression
+    case OpKind::Fill:
+      return scalar_as(c, op.params.a);
     case OpKind::Cast: {
       const DType from = region_.value(op.args[0]).dtype;
       if (out.dtype == kBool && from != kBool) {

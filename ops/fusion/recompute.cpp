@@ -58,7 +58,8 @@ std::optional<Choice> cheapest(const Region& region, int v, int depth, const Kee
   const Value& value = region.value(v);
   if (value.producer < 0 || depth == 0) return keep;
   const Op& op = region.op(value.producer);
-  if (op.kind == OpKind::Reduce || !fusible(region, op)) return keep;
+  // A fill is never saved (only a slice's gradient makes one), so it is never a recipe's op.
+  if (op.kind == OpKind::Reduce || op.kind == OpKind::Fill || !fusible(region, op)) return keep;
   Choice again{.cost = 0, .ops = {value.producer}, .leaves = {}};
   std::set<int> seen;
   for (int a : op.args) {
@@ -260,6 +261,7 @@ class Recipe final : public autograd::Recompute {
             });
         return;
       case OpKind::Reduce:
+      case OpKind::Fill:
         break;
     }
     NABLA_ASSERT(false, "recompute: a plan holds {}",

@@ -65,16 +65,22 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
   const nabla::cuda::Stream stream = nabla::cuda::current_stream(out.device().index);
   bool must_flush = region_.ops().size() >= kMaxHeldOps ||
                     ((!slots_.empty() || held_) && (device_ != out.device() || !(stream_ == stream)));
+  std::vector<const Tensor*> views;  // held results read through another view
   for (const Tensor* t : inputs) {
     const auto it = by_storage_.find(t->storage().get());
     if (it == by_storage_.end()) continue;
     if (slots_[static_cast<size_t>(it->second)].storage.lock() != t->storage()) continue;  // a stale address
     // A held result read through the very tensor it was written to is a register of the
-    // kernel; read through another view, it must be in memory first.
+    // kernel; read through a slice, it is computed again for the slice (Note [Slices of held
+    // results]); through any other view, it must be in memory first.
     const int v = result_of(*t);
     const bool same_view =
         v >= 0 && region_.value(v).sizes == t->sizes() && region_.value(v).strides == t->strides();
-    must_flush = must_flush || !same_view;
+    if (!same_view) views.push_back(t);
+  }
+  for (const Tensor* t : views) {
+    if (must_flush) break;
+    must_flush = !push_down(*t);
   }
   if (must_flush) flush();
   if (slots_.empty() && !held_) {
@@ -115,6 +121,7 @@ bool Recorder::unary(UnaryOp op, const Tensor& x, const Tensor& out, UnaryParams
 }
 
 bool Recorder::binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  if (binary_pieces(op, a, b, out, alpha)) return true;
   if (!accepts({&a, &b}, out)) return false;
   const int va = value_of(a);
   const int vb = value_of(b);
@@ -206,6 +213,183 @@ bool Recorder::cast_pieces(const CatRecord& cat, const Tensor& out) {
   }
   cats_[out.impl()] = std::move(next);
   return true;
+}
+
+// Note [Padded slices]: a slice's gradient is zeros with the slice's gradient written at the
+// slice (slice_backward in ops/view.cpp). When that gradient is a held result, the zeros and the
+// copy are recorded as the pieces of the output, as a cat's are: fills around a copy of g into
+// its slot. Nothing is written unless someone reads the output. The sum autograd makes of two
+// such gradients of one tensor (rotary embedding's two halves, each sliced from q) is recorded
+// piece by piece (binary_pieces): each slot of the sum is the sum of the two pieces there, so
+// q's gradient is one fused kernel storing each half where it belongs, and the padded gradients,
+// which nobody reads after the sum, are never written. The sum adds the zeros as eager mode
+// does, so the bits are those of eager mode (-0 + 0 is +0).
+bool Recorder::pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out) {
+  if (flushing_ || nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || g.numel() == 0 ||
+      g.dtype() != out.dtype() || g.dim() != out.dim() || region_.ops().size() + 3 > kMaxHeldOps) {
+    return false;
+  }
+  const int v = result_of(g);
+  if (v < 0 || region_.value(v).producer < 0) return false;    // only a held result gains
+  if (!accepts({&g}, out) || result_of(g) != v) return false;  // accepts may have flushed
+  const int64_t length = g.size(dim), n = out.size(dim);
+  CatRecord record{.out = out.impl_ptr(), .dim = dim, .pieces = {}};
+  const auto piece = [&](Op op, int64_t from, int64_t to) {
+    if (to <= from) return;
+    add(std::move(op), narrow_alias(out, dim, from, to - from));
+    record.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, from);
+  };
+  piece({.kind = OpKind::Fill, .params = {.a = 0.0}, .args = {}}, 0, start);
+  piece({.kind = OpKind::Cast, .args = {v}}, start, start + length);
+  piece({.kind = OpKind::Fill, .params = {.a = 0.0}, .args = {}}, start + length, n);
+  cats_[out.impl()] = std::move(record);
+  return true;
+}
+
+const Recorder::CatRecord* Recorder::pieces_of(const Tensor& t) const {
+  const auto it = cats_.find(t.impl());
+  if (it == cats_.end() || it->second.out.lock().get() != t.impl()) return nullptr;
+  return &it->second;
+}
+
+bool Recorder::binary_pieces(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  const CatRecord* ra = pieces_of(a);
+  const CatRecord* rb = pieces_of(b);
+  if (ra == nullptr || rb == nullptr || ra->dim != rb->dim || ra->pieces.size() != rb->pieces.size() ||
+      a.sizes() != out.sizes() || b.sizes() != out.sizes() || flushing_ ||
+      nabla::detail::t_dispatch_depth > 0 || !out.is_cuda() || out.device() != device_ ||
+      !(stream_ == nabla::cuda::current_stream(out.device().index)) ||
+      region_.ops().size() + ra->pieces.size() > kMaxHeldOps) {
+    return false;
+  }
+  const int64_t dim = ra->dim;
+  const auto length = [&](int v) { return region_.value(v).sizes[static_cast<size_t>(dim)]; };
+  for (size_t i = 0; i < ra->pieces.size(); ++i) {
+    const auto [va, oa] = ra->pieces[i];
+    const auto [vb, ob] = rb->pieces[i];
+    if (oa != ob || length(va) != length(vb)) return false;
+  }
+  CatRecord next{.out = out.impl_ptr(), .dim = dim, .pieces = {}};
+  const CatRecord pa = *ra, pb = *rb;  // copies: cats_ grows below
+  for (size_t i = 0; i < pa.pieces.size(); ++i) {
+    const auto [va, offset] = pa.pieces[i];
+    const int vb = pb.pieces[i].first;
+    add({.kind = OpKind::Binary, .binary = op, .alpha = alpha, .args = {va, vb}},
+        narrow_alias(out, dim, offset, length(va)));
+    next.pieces.emplace_back(static_cast<int>(slots_.size()) - 1, offset);
+  }
+  cats_[out.impl()] = std::move(next);
+  return true;
+}
+
+// Note [Slices of held results]: cat's backward hands each piece of its gradient on as a slice,
+// and rotary embedding's backward reads its cast gradient through two halves. A fused kernel
+// cannot read another kernel's register through a slice, so such a read used to write the whole
+// result first (a flush). Instead, the ops computing the result are recorded again over the
+// slice: each region input narrowed as the slice is (an input broadcast along the sliced dim is
+// read as it is), each op the same with its arguments so narrowed. The slice's values are then
+// computed in the reader's kernel, by the same formulas on the same inputs, so the bits are the
+// same, and the whole result is never written unless someone still holds it. Chains of at most
+// kMaxPushedOps ops, without reductions; a slice along one dim (a narrow), or the same layout.
+namespace {
+constexpr int kMaxPushedOps = 16;
+}  // namespace
+
+bool Recorder::push_down(const Tensor& t) {
+  if (t.dim() == 0) return false;
+  // The held result t slices.
+  int u = -1;
+  int64_t dim = -1, start = 0;
+  for (size_t w = 0; w < slots_.size() && u < 0; ++w) {
+    const Slot& slot = slots_[w];
+    const Value& value = region_.value(static_cast<int>(w));
+    if (value.producer < 0 || slot.tensor.defined() || value.dtype != t.dtype() ||
+        value.sizes.size() != t.sizes().size() || value.strides != t.strides() ||
+        slot.storage.lock() != t.storage()) {
+      continue;
+    }
+    int64_t d = -1;
+    bool fits = true;
+    for (size_t k = 0; k < value.sizes.size(); ++k) {
+      if (value.sizes[k] == t.size(static_cast<int64_t>(k))) continue;
+      fits = fits && d < 0 && t.size(static_cast<int64_t>(k)) < value.sizes[k];
+      d = static_cast<int64_t>(k);
+    }
+    const int64_t delta = t.storage_offset() - slot.offset;
+    if (!fits) continue;
+    if (d < 0) {
+      if (delta != 0) continue;
+    } else {
+      const int64_t stride = value.strides[static_cast<size_t>(d)];
+      if (stride <= 0 || delta % stride != 0 || delta / stride < 0 ||
+          delta / stride > value.sizes[static_cast<size_t>(d)] - t.size(d)) {
+        continue;
+      }
+      start = delta / stride;
+    }
+    u = static_cast<int>(w);
+    dim = d;
+  }
+  if (u < 0 || region_.ops().size() + kMaxPushedOps > kMaxHeldOps) return false;
+  if (dim < 0) {  // the same layout through another tensor: a copy in registers
+    add({.kind = OpKind::Cast, .args = {u}}, t);
+    return true;
+  }
+  const auto rank = static_cast<int64_t>(region_.value(u).sizes.size());
+  const int64_t full = region_.value(u).sizes[static_cast<size_t>(dim)], length = t.size(dim);
+  // The dim of value w that the slice narrows, or -1 where w is the same for every slice.
+  const auto sliced_dim = [&](int w) -> int64_t {
+    const Value& value = region_.value(w);
+    const int64_t k = dim - (rank - static_cast<int64_t>(value.sizes.size()));
+    return k < 0 || value.sizes[static_cast<size_t>(k)] == 1 ? -1 : k;
+  };
+  // First whether the chain can be recorded again, then recording it: nothing half done.
+  std::set<int> seen;
+  int ops = 0;
+  std::function<bool(int)> fits = [&](int w) {
+    const int64_t k = sliced_dim(w);
+    if (k < 0 || !seen.insert(w).second) return true;
+    const Value& value = region_.value(w);
+    if (value.sizes[static_cast<size_t>(k)] != full) return false;
+    if (value.producer < 0) return slots_[static_cast<size_t>(w)].tensor.defined();
+    const Op& op = region_.op(value.producer);
+    if (op.kind == OpKind::Reduce || ++ops > kMaxPushedOps) return false;
+    return std::all_of(op.args.begin(), op.args.end(), fits);
+  };
+  if (!fits(u)) return false;
+  std::unordered_map<int, int> sliced;
+  std::function<int(int)> slice_of = [&](int w) -> int {
+    const int64_t k = sliced_dim(w);
+    if (k < 0) return w;
+    if (const auto it = sliced.find(w); it != sliced.end()) return it->second;
+    const Value value = region_.value(w);  // a copy: values grow below
+    int result = -1;
+    if (value.producer < 0) {
+      result = value_of(narrow_alias(slots_[static_cast<size_t>(w)].tensor, k, start, length));
+    } else {
+      Op op = region_.op(value.producer);
+      for (int& a : op.args) a = slice_of(a);
+      if (w == u) {
+        add(std::move(op), t);
+        result = static_cast<int>(slots_.size()) - 1;
+      } else {
+        Shape sizes = value.sizes;
+        sizes[static_cast<size_t>(k)] = length;
+        result = add_virtual(std::move(op), value.dtype, sizes, value.strides);
+      }
+    }
+    sliced[w] = result;
+    return result;
+  };
+  slice_of(u);
+  return true;
+}
+
+int Recorder::add_virtual(Op op, DType dtype, const Shape& sizes, const Shape& strides) {
+  const int v = region_.add(std::move(op), dtype, sizes, strides);
+  slots_.push_back({});  // no tensor holds it: never live out
+  ++stats_.recorded_ops;
+  return v;
 }
 
 // Value v's tensor (detached), made again over its storage if only a view holds it; undefined
@@ -364,6 +548,11 @@ bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& 
 bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
   Recorder* r = t_recorder;
   return r != nullptr && r->cat(inputs, dim, out);
+}
+
+bool record_pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out) {
+  Recorder* r = t_recorder;
+  return r != nullptr && r->pad(g, dim, start, out);
 }
 
 bool hold_launch(Recorder::HeldLaunch launch) {

@@ -39,6 +39,9 @@ class Recorder final : public DeferredLaunches {
   // is recorded as a copy into its slot of out, which its group then writes directly (Note
   // [Concatenation in place] in recorder.cpp). All pieces or none.
   bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
+  // The gradient of a slice, `g` (a held result) at [start, start + g.size(dim)) of the front
+  // end's fresh `out` and zeros around it, recorded as pieces of out (Note [Padded slices]).
+  bool pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out);
 
   // A launch of something that is not pointwise, held until the next flush so that a ReLU read
   // first may fold into it (Note [Batch norm and its ReLU] in recorder_held.cpp). `run(dst, relu, residual)`
@@ -76,6 +79,15 @@ class Recorder final : public DeferredLaunches {
   // A cast of a cat output recorded here: the casts of its pieces into the slots of `out`.
   struct CatRecord;
   bool cast_pieces(const CatRecord& cat, const Tensor& out);
+  // a (op) b of two outputs recorded in pieces along one dim at the same offsets: the op of
+  // each pair of pieces, into the slots of `out` (Note [Padded slices]).
+  bool binary_pieces(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+  const CatRecord* pieces_of(const Tensor& t) const;
+  // A slice of a held result, read by a new op: recorded as the ops computing that slice alone
+  // (Note [Slices of held results]); false when it cannot be (the caller flushes).
+  bool push_down(const Tensor& t);
+  // A result no tensor holds (a slice's intermediate in push_down): never live out.
+  int add_virtual(Op op, DType dtype, const Shape& sizes, const Shape& strides);
   void remember_flushed();
   void run_held();
   int only_reader(int v) const;
@@ -145,6 +157,7 @@ bool record_where(const Tensor& cond, const Tensor& a, const Tensor& b, const Te
 bool record_cast(const Tensor& src, const Tensor& out);
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
 bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out);
+bool record_pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out);
 // The active recorder's hold, relu_backward_parts and fold_relu_in_place, or nothing (false, nullopt).
 bool hold_launch(Recorder::HeldLaunch launch);
 std::optional<std::pair<Tensor, Tensor>> relu_backward_parts(const Tensor& grad);

@@ -64,6 +64,10 @@ int Region::cast(int x, DType dtype) {
   return add({.kind = OpKind::Cast, .args = {x}}, dtype, value(x).sizes);
 }
 
+int Region::fill(double value, DType dtype, Shape sizes) {
+  return add({.kind = OpKind::Fill, .params = {.a = value}, .args = {}}, dtype, std::move(sizes));
+}
+
 int Region::reduce(int x, Shape dims, bool keepdim, bool mean) {
   const Value& v = value(x);
   Shape sizes;
@@ -125,6 +129,8 @@ bool fusible(const Region& region, const Op& op) {
       return true;
     case OpKind::Reduce:
       return is_floating(arg(0).dtype) && out.dtype == arg(0).dtype;
+    case OpKind::Fill:
+      return true;
   }
   return false;
 }
@@ -147,10 +153,14 @@ std::string describe(const Region& region, const Op& op) {
     case OpKind::Reduce:
       what = op.mean ? "mean" : "sum";
       break;
+    case OpKind::Fill:
+      what = "fill";
+      break;
   }
   std::string args;
   for (int a : op.args) args += fmt::format("{}%{}", args.empty() ? "" : ", ", a);
   if (op.kind == OpKind::Reduce) args += fmt::format(", dims {}", shape_str(op.dims));
+  if (op.kind == OpKind::Fill) args = fmt::format("{}", op.params.a);
   const Value& out = region.value(op.result);
   return fmt::format("%{} = {}({}) {}{}", op.result, what, args, dtype_name(out.dtype), shape_str(out.sizes));
 }

@@ -35,6 +35,8 @@ enum class OpKind : uint8_t {
   Cast,    // args[0] converted to the result's dtype
   Reduce,  // the sum (or mean) of args[0] over `dims`; the result is dense over the kept dims,
            // in args[0]'s memory order (Note [Fused reductions] in ops/fusion/plan.cpp)
+  Fill,    // params.a everywhere, no args: the zeros around a slice's gradient (Note [Padded
+           // slices] in ops/fusion/recorder.cpp)
 };
 
 struct Op {
@@ -61,6 +63,7 @@ class Region {
   int binary(BinaryOp op, int a, int b, double alpha = 1.0);
   int where(int cond, int a, int b);
   int cast(int x, DType dtype);
+  int fill(double value, DType dtype, Shape sizes);
   // The sum or mean of x over `dims` (ascending), as ops/reduce.cpp allocates it: contiguous,
   // with the reduced dims kept as size 1 or dropped.
   int reduce(int x, Shape dims, bool keepdim, bool mean);

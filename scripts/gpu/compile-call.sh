@@ -18,7 +18,9 @@
 # tools/libnabla_cupti_trace.so and tools/libcupti.so.13) and of torch.compile's step
 # (torch.profiler), summarized by kind of kernel side by side; probe = where nvJPEG is on the
 # machine (issue 47); llamaq = the plain LLaMA beside PyTorch only; decode = nabla-bench data
-# --decode both on build/gpu-jpegs (carry it). Logs under $OUT; a table last.
+# --decode both on build/gpu-jpegs (carry it); decodetrain = ResNet-50 training from those files,
+# decoded on the GPU and on the CPU by 4 threads, beside the synthetic batch. Logs under $OUT; a
+# table last.
 set -uo pipefail
 parts=${PARTS:-tests,suite,fusion,llama,ab}
 source scripts/gpu/unpack.sh
@@ -95,6 +97,15 @@ if has decode; then
   timeout 240 "$x/apps/nabla-bench" data --root build/gpu-jpegs/train --threads 4,16 --batch-size 128 \
     --repeat 8 --decode both > "$out/decode.log" 2>&1
   echo "decode rc=$?" >> "$out/rc"
+fi
+if has decodetrain; then
+  # Issue 47's training check on the carried JPEGs: ResNet-50 fp16 channels_last graphed, the
+  # synthetic batch, then fed from 4 loader threads decoding on the GPU and on the CPU.
+  for run in synthetic gpu cpu; do
+    data=(); [[ $run != synthetic ]] && data=(--data build/gpu-jpegs/train --workers 4 --decode "$run")
+    timeout 150 "$x/apps/nabla-bench" train --amp fp16 --channels-last --cuda-graph --steps 60 "${data[@]}" \
+      > "$out/decodetrain_$run.log" 2>&1
+  done
 fi
 if has llamatrace; then
   # Where the plain LLaMA's step and torch.compile's differ, kernel kind by kernel kind.
@@ -184,10 +195,13 @@ done
 [[ -f $out/llama_trace_summary.txt ]] && grep -v '^ .* us  ' "$out/llama_trace_summary.txt"
 # The fused step's saved set (the capture's backward: the last report) and where its peak is.
 [[ -f $out/trace_llama_nabla.log ]] && awk '/^NABLA_SAVED_REPORT/ {n = 0} {block[n++] = $0}
-  /^NABLA_SAVED_REPORT|^saved for backward|^  / {last = n} END {for (i = 0; i < last && i < 40; ++i) print block[i]}' \
+  /^NABLA_SAVED_REPORT|^saved for backward|^  / {last = n} END {for (i = 0; i < last && i < 8; ++i) print block[i]}' \
   "$out/trace_llama_nabla.log"
 [[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
 [[ -f $out/decode.log ]] && grep -v '^$' "$out/decode.log" | tail -14
+for log in "$out"/decodetrain_*.log; do
+  [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -v '^$' "$log" | tail -n 4
+done
 [[ -f $out/generate.log ]] && grep -E -A8 '^nn::models::Llama' "$out/generate.log"
 for log in "$out"/gpt_*.log "$out"/ab_gpt_*.log; do
   [[ -f $log ]] && echo "$(basename "$log" .log): $(grep -E '^nabla ' "$log" | tail -n 1)"

@@ -400,6 +400,38 @@ TEST(FusionCodegen, AColumnReductionWithABroadcastOperandMatchesItsGoldenFile) {
   expect_golden("weight_grad_columns_bf16.cu", k.source);
 }
 
+TEST(FusionCodegen, TwoPaddedSlicesSummedAreOneKernelStoringEachHalfMatchingItsGoldenFile) {
+  // What the recorder builds for the sum of two slices' gradients (Note [Padded slices]): each
+  // gradient is a piece copied into its half of a [3, 8] tensor with zeros in the other half, and
+  // the sum is summed half by half. The slots carry the whole tensor's strides.
+  Region r;
+  const Shape half{3, 4}, strides{8, 1};
+  const int x = r.input(kBFloat16, half);
+  const int ga = r.unary(UnaryOp::MulScalar, x, {.a = 2});
+  const int gb = r.unary(UnaryOp::Neg, x);
+  const Op copy_a{.kind = OpKind::Cast, .args = {ga}};
+  const Op copy_b{.kind = OpKind::Cast, .args = {gb}};
+  const Op zeros{.kind = OpKind::Fill, .params = {.a = 0}, .args = {}};
+  const int a0 = r.add(copy_a, kBFloat16, half, strides);
+  const int a1 = r.add(zeros, kBFloat16, half, strides);
+  const int b0 = r.add(zeros, kBFloat16, half, strides);
+  const int b1 = r.add(copy_b, kBFloat16, half, strides);
+  const auto sum = [&](int p, int q) {
+    return r.add({.kind = OpKind::Binary, .binary = BinaryOp::Add, .args = {p, q}}, kBFloat16, half, strides);
+  };
+  const int s0 = sum(a0, b0);
+  const int s1 = sum(a1, b1);
+  r.mark_live_out(s0);
+  r.mark_live_out(s1);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 1u) << dump(plan);
+  EXPECT_TRUE(plan.groups[0].fused);
+  EXPECT_EQ(plan.groups[0].inputs, list({x}));
+  EXPECT_EQ(plan.groups[0].outputs, list({s0, s1})) << "the padded gradients are never written";
+  EXPECT_NE(r.dump().find("fill(0)"), std::string::npos) << r.dump();
+  expect_golden("padded_slices_sum_bf16.cu", generate_kernel(r, plan.groups[0]).source);
+}
+
 TEST(FusionCodegen, NamesFollowTheBodyAndLargeIterationsIndexIn64Bits) {
   const auto kernel_of = [](double scale, Shape sizes) {
     Region r;

@@ -64,6 +64,9 @@ void run_eagerly(const Region& region, const Op& op, std::vector<Tensor>& t, Dev
     case OpKind::Cast:
       ops::cuda::copy(v(op.args[0]), v(op.result));
       return;
+    case OpKind::Fill:
+      ops::cuda::fill(v(op.result), op.params.a);
+      return;
     case OpKind::Reduce: {
       // The kernel writes the keepdim shape; the result is contiguous (ops/reduce.cpp), so the
       // reduced dims may be put back as size 1 with contiguous strides.

@@ -414,6 +414,67 @@ TEST(FusionScopeCuda, CatsAndTheirCastsAreRecordedNotLaunched) {
       same_bytes(nested, cat({cat({a, b}, -1).to(kBFloat16), (b * 3.0).to(kBFloat16)}, -1).to(kFloat32)));
 }
 
+TEST(FusionScopeCuda, SlicesOfAHeldResultAreComputedForTheSliceWithoutRunningIt) {
+  // Note [Slices of held results]: halves (and a same-layout alias) of a held chain, read by new
+  // ops, are recorded again over each half instead of running the chain first.
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x = random_cuda({6, 3, 40}, kBFloat16, seed);
+  const Tensor w = random_cuda({40}, kFloat32, seed + 1);
+  const auto f = [&] {
+    const Tensor v = exp(x.to(kFloat32) * w) - 1.0;
+    const Tensor a = v.narrow(-1, 0, 16), b = v.narrow(-1, 16, 24), c = v.narrow(1, 1, 2);
+    return TensorList{(a * 3.0).to(kBFloat16), b + 1.0, c * c, v.narrow(0, 0, 6) + 2.0};
+  };
+  const TensorList eager = f();
+  TensorList fused;
+  {
+    FusionScope scope(true);
+    const FusionStats before = scope.stats();
+    fused = f();
+    EXPECT_EQ(scope.stats().flushes, before.flushes) << "a slice's read ran the held chain";
+  }
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+TEST(FusionScopeCuda, ARotaryEmbeddingsBackwardIsHeldWholeWithTheEagerBits) {
+  // Rotary embedding from halves and cat, as the plain LLaMA writes it: its backward reads the
+  // cast gradient through halves (Note [Slices of held results]) and sums the halves' padded
+  // gradients (Note [Padded slices]), with nothing run until the gradient is read.
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x0 = random_cuda({2, 16, 3, 8}, kBFloat16, seed);
+  const Tensor angles = random_cuda({16, 4}, kFloat32, seed + 1);
+  const Tensor cos = nabla::cos(angles), sin = nabla::sin(angles);
+  const Tensor dy = random_cuda({2, 3, 16, 8}, kBFloat16, seed + 2);
+  const auto f = [&](FusionScope* scope) {
+    const Tensor x = x0.detach().requires_grad_(true);
+    const Tensor q = x.transpose(1, 2);  // heads first, as after a projection's view
+    const Tensor a = q.narrow(-1, 0, 4), b = q.narrow(-1, 4, 4);
+    const Tensor y = cat({a * cos - b * sin, b * cos + a * sin}, -1).to(kBFloat16);
+    int flushes = 0;
+    if (scope != nullptr) {
+      scope->flush();
+      flushes = scope->stats().flushes;
+    }
+    y.backward(dy);
+    if (scope != nullptr) {
+      EXPECT_LE(scope->stats().flushes, flushes + 1) << "only reading the gradient runs the held backward";
+    }
+    return TensorList{y.detach(), x.grad()};
+  };
+  const TensorList eager = f(nullptr);
+  TensorList fused;
+  {
+    FusionScope scope(true);
+    fused = f(&scope);
+  }
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+  EXPECT_EQ(fused[1].strides(), eager[1].strides());
+}
+
 TEST(FusionScopeCuda, AskingForMemoryStatisticsRunsNothingHeld) {
   // NABLA_SAVED_REPORT asks after every backward node: a flush there would cut the regions it
   // reports on into pieces.
