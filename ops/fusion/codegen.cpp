@@ -267,17 +267,42 @@ KernelSource Writer::write() {
     line(indent, "}");
   };
 
-  // Note [Vectorized fused kernels]: where every operand is dense in the iteration's order (or a
-  // single element), each thread takes four neighbouring elements with one vector load and store
-  // per operand, as the eager kernels do, when the pointers are aligned for it (checked on the
-  // device; else the scalar loop runs). The last numel % 4 elements take the scalar loop.
+  // Note [Vectorized fused kernels]: each thread takes four neighbouring elements of the
+  // innermost dim, with one vector load and store per operand laid out along it (stride 1 there,
+  // and its other strides multiples of 4, so the four are one aligned access) and one scalar load
+  // for all four per operand broadcast along it (stride 0), as the eager kernels do with dense
+  // operands. That covers the broadcast weights and statistics of norms and the tables and slices
+  // of rotary embeddings, not only dense chains. The alignment of the pointers is checked on the
+  // device (else the scalar loop runs). Where every operand is dense, the last numel % 4
+  // elements take the scalar loop; with coordinates, the innermost dim is a multiple of 4.
   const int64_t vector_numel = kernel.numel - kernel.numel % 4;
-  const bool vectorize = !coordinates && vector_numel > 0;
+  std::vector<bool> wide(kernel.operands.size(), false);  // loaded or stored four at a time
+  bool vectorize = vector_numel > 0;
+  if (coordinates) {
+    const size_t inner = dims_.sizes.size() - 1;
+    vectorize = vectorize && dims_.sizes[inner] % 4 == 0;
+    for (size_t k = 0; k < kernel.operands.size(); ++k) {
+      const auto& strides = dims_.strides[k + shift_];
+      if (strides[inner] == 1) {
+        wide[k] = true;
+        for (size_t d = 0; d < inner; ++d)
+          vectorize = vectorize && (dims_.sizes[d] == 1 || strides[d] % 4 == 0);
+      } else {
+        vectorize = vectorize && strides[inner] == 0 && k >= n_out;
+      }
+    }
+  } else {
+    for (size_t k = 0; k < kernel.operands.size(); ++k) wide[k] = offsets[k] == "i";
+  }
   if (vectorize) {
     kernel.per_thread = 4;
+    // The offsets of the first of each thread's four elements, at index b.
+    index_ = "b";
+    std::vector<std::string> at_b;
+    for (size_t k = 0; k < kernel.operands.size(); ++k) at_b.push_back(offset_of(k));
     std::string aligned;
     for (size_t k = 0; k < kernel.operands.size(); ++k) {
-      if (offsets[k] != "i") continue;
+      if (!wide[k]) continue;
       const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));
       aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
     }
@@ -285,13 +310,15 @@ KernelSource Writer::write() {
     line(4, fmt::format("for ({0} b = ({0}(blockIdx.x) * {1}{2} + threadIdx.x) * 4{2}; b < {3}{2}; "
                         "b += {0}(gridDim.x) * {4}{2}) {{",
                         index_type_, kFusedBlockSize, suffix, vector_numel, 4 * kFusedBlockSize));
+    if (coordinates) coordinate_lines(6, suffix);
+    index_ = "i";
     for (size_t k = n_out; k < kernel.operands.size(); ++k) {
       const Value& v = region_.value(kernel.operands[k]);
-      if (offsets[k] == "0") {
-        line(6, load(k, "0"));
+      if (!wide[k]) {
+        line(6, load(k, at_b[k]));
       } else {
-        line(6, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], b, x{});", compute_type_name(v.dtype), k,
-                            type_suffix(v.dtype), k, k));
+        line(6, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", compute_type_name(v.dtype), k,
+                            type_suffix(v.dtype), k, at_b[k], k));
       }
     }
     for (size_t k = 0; k < n_out; ++k) {
@@ -300,7 +327,7 @@ KernelSource Writer::write() {
     line(6, "#pragma unroll");
     line(6, "for (int j = 0; j < 4; ++j) {");
     for (size_t k = n_out; k < kernel.operands.size(); ++k) {
-      if (offsets[k] == "i") {
+      if (wide[k]) {
         line(8,
              fmt::format("const {} v{} = x{}[j];", compute_type_name(region_.value(kernel.operands[k]).dtype),
                          kernel.operands[k], k));
@@ -310,8 +337,8 @@ KernelSource Writer::write() {
     for (size_t k = 0; k < n_out; ++k) line(8, fmt::format("y{}[j] = v{};", k, kernel.operands[k]));
     line(6, "}");
     for (size_t k = 0; k < n_out; ++k) {
-      line(6, fmt::format("st4_{}(p.p[{}], b, y{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
-                          k));
+      line(6, fmt::format("st4_{}(p.p[{}], {}, y{});", type_suffix(region_.value(kernel.operands[k]).dtype),
+                          k, at_b[k], k));
     }
     line(4, "}");
     if (vector_numel < kernel.numel) scalar_loop(4, fmt::format("{}{} + ", vector_numel, suffix));

@@ -3,8 +3,31 @@
 //   %4 = gelu(%2) bfloat16[4, 8]
 #include "nabla_fusion_prelude.cuh"
 
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_b473570d4e3fe802(nabla_fusion::Pointers<4> p) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_d3ef7f55c60a4885(nabla_fusion::Pointers<4> p) {
   using namespace nabla_fusion;
+  if (aligned(p.p[0], 8) && aligned(p.p[1], 8) && aligned(p.p[2], 8) && aligned(p.p[3], 8)) {
+    for (unsigned b = (unsigned(blockIdx.x) * 256u + threadIdx.x) * 4u; b < 32u; b += unsigned(gridDim.x) * 1024u) {
+      unsigned r = b;
+      const unsigned c1 = r % 8u;  r /= 8u;
+      const unsigned c0 = r;
+      float x2[4];  ld4_bf16(p.p[2], b, x2);
+      float x3[4];  ld4_bf16(p.p[3], c1, x3);
+      float y0[4];
+      float y1[4];
+      #pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float v0 = x2[j];
+        const float v1 = x3[j];
+        float v2 = binary<BinaryOp(0) /* add */>(v0, v1, static_cast<float>(0x1p+0));  v2 = rnd_bf16(v2);
+        float v4 = unary<UnaryOp(16) /* gelu */>(v2, UnaryScalars<float>{static_cast<float>(0x0p+0), static_cast<float>(0x0p+0), 0x0p+0, 0x0p+0, 0});
+        y0[j] = v2;
+        y1[j] = v4;
+      }
+      st4_bf16(p.p[0], b, y0);
+      st4_bf16(p.p[1], b, y1);
+    }
+    return;
+  }
   for (unsigned i = unsigned(blockIdx.x) * 256u + threadIdx.x; i < 32u; i += unsigned(gridDim.x) * 256u) {
     unsigned r = i;
     const unsigned c1 = r % 8u;  r /= 8u;
