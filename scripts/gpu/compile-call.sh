@@ -18,7 +18,8 @@
 # tools/libnabla_cupti_trace.so and tools/libcupti.so.13) and of torch.compile's step
 # (torch.profiler), summarized by kind of kernel side by side; probe = where nvJPEG is on the
 # machine (issue 47); llamaq = the plain LLaMA beside PyTorch only; decode = nabla-bench data
-# --decode both on build/gpu-jpegs (carry it); decodetrain = ResNet-50 training from those files,
+# --decode both, then bench/pytorch/torch_decode.py (torchvision's nvJPEG, PyTorch's DataLoader),
+# on build/gpu-jpegs (carry it); decodetrain = ResNet-50 training from those files,
 # decoded on the GPU and on the CPU by 4 threads, beside the synthetic batch. Logs under $OUT; a
 # table last.
 set -uo pipefail
@@ -97,6 +98,9 @@ if has decode; then
   timeout 240 "$x/apps/nabla-bench" data --root build/gpu-jpegs/train --threads 4,16 --batch-size 128 \
     --repeat 8 --decode both > "$out/decode.log" 2>&1
   echo "decode rc=$?" >> "$out/rc"
+  # torchvision's nvJPEG decode and PyTorch's DataLoader on the same files.
+  timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_decode.py --root build/gpu-jpegs/train \
+    --workers 4,16 --batch-size 128 --repeat 8 > "$out/torch_decode.log" 2>&1
 fi
 if has decodetrain; then
   # Issue 47's training check on the carried JPEGs: ResNet-50 fp16 channels_last graphed, the
@@ -199,6 +203,7 @@ done
   "$out/trace_llama_nabla.log"
 [[ -f $out/probe_nvjpeg.txt ]] && cat "$out/probe_nvjpeg.txt"
 [[ -f $out/decode.log ]] && grep -v '^$' "$out/decode.log" | tail -14
+[[ -f $out/torch_decode.log ]] && grep -E '^\{' "$out/torch_decode.log"
 for log in "$out"/decodetrain_*.log; do
   [[ -f $log ]] && echo "== $(basename "$log" .log)" && grep -v '^$' "$log" | tail -n 4
 done
