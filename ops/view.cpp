@@ -98,7 +98,7 @@ Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides,
   // Under the step compiler, a held g and the zeros around it are pieces of out, written only if
   // someone reads out (Note [Padded slices] in ops/fusion/recorder.cpp).
   Tensor out;
-  if (step == 1 && g.is_cuda() && ops::fusion::active_recorder() != nullptr) {
+  if (step == 1 && g.is_cuda() && ops::fusion::holds_result(g)) {
     out = ops::empty_strided(sizes, layout, {.dtype = g.dtype(), .device = g.device()});
     if (!ops::fusion::record_pad(g, dim, start, out)) out = Tensor();
   }

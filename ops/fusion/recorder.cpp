@@ -22,10 +22,11 @@ namespace nabla::ops::fusion {
 // the results' addresses, shapes and strides are those of eager mode. When a flush comes, a
 // result is live out when anyone besides the recorder still holds its tensor or its storage
 // (the caller's variable, a view, autograd's saved tensors): those are written, the rest are
-// kept in registers. A read of a held result through another view (a transpose, a slice) is not
-// something a fused kernel can give, so it flushes first, as every op that is not pointwise does
-// (nabla::dispatch). Recorded ops always write fresh outputs, so no held op's input can change
-// under it: in-place ops are not recorded, and they flush.
+// kept in registers. A read of a held result through another view (a transpose, a reshape) is
+// not something a fused kernel can give, so it flushes first, as every op that is not pointwise
+// does (nabla::dispatch); a slice is computed again instead (Note [Slices of held results]). Recorded ops
+// always write fresh outputs, so no held op's input can change under it: in-place ops are not recorded, and
+// they flush.
 
 namespace {
 
@@ -80,6 +81,7 @@ bool Recorder::accepts(std::initializer_list<const Tensor*> inputs, const Tensor
   }
   for (const Tensor* t : views) {
     if (must_flush) break;
+    if (result_of(*t) >= 0) continue;  // the same view read twice (c * c): pushed down once
     must_flush = !push_down(*t);
   }
   if (must_flush) flush();
@@ -153,6 +155,10 @@ bool Recorder::reduce(const Tensor& x, const Shape& dims, bool mean, const Tenso
   // Only a reduction of a held result gains: its input is then never written.
   const int v = result_of(x);
   if (v < 0 || region_.value(v).producer < 0) return false;
+  // The generated fold starts its 16-byte loads where element 0 would be aligned, the eager one
+  // where the address is: they split the elements alike only for an aligned start (a slice of a
+  // held result, Note [Slices of held results], starts anywhere).
+  if ((x.storage_offset() * static_cast<int64_t>(x.itemsize())) % 16 != 0) return false;
   if (!reduce_layout(region_.value(v), dims, out.sizes(), out.strides())) return false;
   if (!accepts({&x}, out) || result_of(x) != v) return false;  // accepts may have flushed
   add({.kind = OpKind::Reduce, .dims = dims, .mean = mean, .args = {v}}, out);
@@ -229,6 +235,9 @@ bool Recorder::pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& ou
       g.dtype() != out.dtype() || g.dim() != out.dim() || region_.ops().size() + 3 > kMaxHeldOps) {
     return false;
   }
+  for (int64_t d = 0; d < g.dim(); ++d) {
+    if (d != dim && g.size(d) != out.size(d)) return false;
+  }
   const int v = result_of(g);
   if (v < 0 || region_.value(v).producer < 0) return false;    // only a held result gains
   if (!accepts({&g}, out) || result_of(g) != v) return false;  // accepts may have flushed
@@ -282,6 +291,23 @@ bool Recorder::binary_pieces(BinaryOp op, const Tensor& a, const Tensor& b, cons
   return true;
 }
 
+namespace {
+// Dense strides for `sizes`, the dims in the order `like` lays them out (outermost: the largest
+// stride): a slice's intermediate, if the executor must make it, takes only the slice's memory.
+Shape dense_in_order_of(const Shape& sizes, const Shape& like) {
+  std::vector<size_t> order(sizes.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return like[a] > like[b]; });
+  Shape strides(sizes.size(), 1);
+  int64_t next = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = next;
+    next *= std::max<int64_t>(sizes[order[i]], 1);
+  }
+  return strides;
+}
+}  // namespace
+
 // Note [Slices of held results]: cat's backward hands each piece of its gradient on as a slice,
 // and rotary embedding's backward reads its cast gradient through two halves. A fused kernel
 // cannot read another kernel's register through a slice, so such a read used to write the whole
@@ -330,7 +356,8 @@ bool Recorder::push_down(const Tensor& t) {
     u = static_cast<int>(w);
     dim = d;
   }
-  if (u < 0 || region_.ops().size() + kMaxPushedOps > kMaxHeldOps) return false;
+  // Room for the chain and the op reading the slice.
+  if (u < 0 || region_.ops().size() + kMaxPushedOps >= kMaxHeldOps) return false;
   if (dim < 0) {  // the same layout through another tensor: a copy in registers
     add({.kind = OpKind::Cast, .args = {u}}, t);
     return true;
@@ -375,7 +402,7 @@ bool Recorder::push_down(const Tensor& t) {
       } else {
         Shape sizes = value.sizes;
         sizes[static_cast<size_t>(k)] = length;
-        result = add_virtual(std::move(op), value.dtype, sizes, value.strides);
+        result = add_virtual(std::move(op), value.dtype, sizes, dense_in_order_of(sizes, value.strides));
       }
     }
     sliced[w] = result;
@@ -553,6 +580,11 @@ bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out) {
 bool record_pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out) {
   Recorder* r = t_recorder;
   return r != nullptr && r->pad(g, dim, start, out);
+}
+
+bool holds_result(const Tensor& t) {
+  const Recorder* r = t_recorder;
+  return r != nullptr && r->holds(t);
 }
 
 bool hold_launch(Recorder::HeldLaunch launch) {

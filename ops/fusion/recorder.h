@@ -42,6 +42,11 @@ class Recorder final : public DeferredLaunches {
   // The gradient of a slice, `g` (a held result) at [start, start + g.size(dim)) of the front
   // end's fresh `out` and zeros around it, recorded as pieces of out (Note [Padded slices]).
   bool pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out);
+  // Whether t is a result held now (not yet run).
+  bool holds(const Tensor& t) const {
+    const int v = result_of(t);
+    return v >= 0 && region_.value(v).producer >= 0;
+  }
 
   // A launch of something that is not pointwise, held until the next flush so that a ReLU read
   // first may fold into it (Note [Batch norm and its ReLU] in recorder_held.cpp). `run(dst, relu, residual)`
@@ -158,6 +163,8 @@ bool record_cast(const Tensor& src, const Tensor& out);
 bool record_reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
 bool record_cat(const TensorList& inputs, int64_t dim, const Tensor& out);
 bool record_pad(const Tensor& g, int64_t dim, int64_t start, const Tensor& out);
+// Whether the active recorder holds t as a result not yet run (false without one).
+bool holds_result(const Tensor& t);
 // The active recorder's hold, relu_backward_parts and fold_relu_in_place, or nothing (false, nullopt).
 bool hold_launch(Recorder::HeldLaunch launch);
 std::optional<std::pair<Tensor, Tensor>> relu_backward_parts(const Tensor& grad);

@@ -438,6 +438,28 @@ TEST(FusionScopeCuda, SlicesOfAHeldResultAreComputedForTheSliceWithoutRunningIt)
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
+TEST(FusionScopeCuda, SumsOfSlicesOfAHeldResultHaveTheEagerBits) {
+  // A slice read pointwise becomes a held result at its own offset (Note [Slices of held
+  // results]); a sum of it must split its elements as the eager fold does, aligned or not.
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x = random_cuda({37, 301}, kFloat32, seed);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    const Tensor h = exp(x * 0.5);
+    TensorList out;
+    for (int64_t start : {0, 1, 3, 8}) {
+      const Tensor a = h.narrow(0, start, 20);
+      out.push_back(a * 2.0);
+      out.push_back(a.sum());
+      out.push_back(a.sum({1}));
+    }
+    return out;
+  });
+  EXPECT_EQ(stats.fallbacks, 0);
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
 TEST(FusionScopeCuda, ARotaryEmbeddingsBackwardIsHeldWholeWithTheEagerBits) {
   // Rotary embedding from halves and cat, as the plain LLaMA writes it: its backward reads the
   // cast gradient through halves (Note [Slices of held results]) and sums the halves' padded
