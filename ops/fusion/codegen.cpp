@@ -450,6 +450,62 @@ KernelSource Writer::write_reduction() {
   line(4, fmt::format("return v{};", input));
   line(2, "}");
   line(2, fmt::format("__device__ void load_vector(long long e, {} (&v)[{}]) const {{", c, V));
+  // Note [Vectorized fused reductions]: the fold asks for kVector elements at a time from e (a
+  // multiple of kVector); operands at offset e are then read and written four at a time, as the
+  // eager fold reads its input, when their pointers are aligned for it (checked here, else one
+  // element at a time). The values and their order are those of the scalar path.
+  std::string aligned;
+  if (!coordinates && V % 4 == 0) {
+    for (size_t k = 0; k < kernel.operands.size(); ++k) {
+      if (offsets[k] != "e") continue;
+      const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));
+      aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
+    }
+  }
+  if (!aligned.empty()) {
+    line(4, fmt::format("if ({}) {{", aligned));
+    for (int c4 = 0; c4 < V; c4 += 4) {
+      const std::string at = c4 == 0 ? "e" : fmt::format("e + {}", c4);
+      line(6, "{");
+      for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+        const Value& v = region_.value(kernel.operands[k]);
+        if (offsets[k] == "e") {
+          line(8, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", compute_type_name(v.dtype), k,
+                              type_suffix(v.dtype), k, at, k));
+        } else {
+          line(8, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype),
+                              kernel.operands[k], type_suffix(v.dtype), k, offsets[k]));
+        }
+      }
+      for (size_t k = 0; k < n_out; ++k) {
+        if (kernel.operands[k] == result) continue;
+        line(8, fmt::format("{} y{}[4];", compute_type_name(region_.value(kernel.operands[k]).dtype), k));
+      }
+      line(8, "#pragma unroll");
+      line(8, "for (int j = 0; j < 4; ++j) {");
+      for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+        if (offsets[k] == "e") {
+          line(10, fmt::format("const {} v{} = x{}[j];",
+                               compute_type_name(region_.value(kernel.operands[k]).dtype), kernel.operands[k],
+                               k));
+        }
+      }
+      for (const std::string& op : compute) line(10, op);
+      for (size_t k = 0; k < n_out; ++k) {
+        if (kernel.operands[k] != result) line(10, fmt::format("y{}[j] = v{};", k, kernel.operands[k]));
+      }
+      line(10, fmt::format("v[{}j] = v{};", c4 == 0 ? "" : fmt::format("{} + ", c4), input));
+      line(8, "}");
+      for (size_t k = 0; k < n_out; ++k) {
+        if (kernel.operands[k] == result) continue;
+        line(8, fmt::format("st4_{}(p.p[{}], {}, y{});", type_suffix(region_.value(kernel.operands[k]).dtype),
+                            k, at, k));
+      }
+      line(6, "}");
+    }
+    line(6, "return;");
+    line(4, "}");
+  }
   line(4, "#pragma unroll");
   line(4, fmt::format("for (int j = 0; j < {}; ++j) v[j] = (*this)(e + j);", V));
   line(2, "}");

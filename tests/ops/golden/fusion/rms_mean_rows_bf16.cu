@@ -20,6 +20,19 @@ struct Source {
     return v3;
   }
   __device__ void load_vector(long long e, float (&v)[4]) const {
+    if (aligned(p.p[1], 8)) {
+      {
+        float x1[4];  ld4_bf16(p.p[1], e, x1);
+        #pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float v0 = x1[j];
+          float v2 = static_cast<float>(v0);
+          float v3 = binary<BinaryOp(2) /* mul */>(v2, v2, static_cast<float>(0x1p+0));
+          v[j] = v3;
+        }
+      }
+      return;
+    }
     #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = (*this)(e + j);
   }
@@ -35,9 +48,9 @@ struct Fold {
   __device__ void write(long long k, float a) const { st_f32(p.p[0], k, a / static_cast<float>(64LL)); }
 };
 
-extern "C" __global__ void __launch_bounds__(512) nabla_fused_47e316999dd3bbdf(Pointers<2> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
+extern "C" __global__ void __launch_bounds__(512) nabla_fused_6c3017164710ba41(Pointers<2> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
   nabla::ops::cuda::reduction::reduce_rows(Fold{p}, Source{p}, g, partial);
 }
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_47e316999dd3bbdf_partials(Pointers<2> p, const float* partial, long long outputs, long long splits) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_6c3017164710ba41_partials(Pointers<2> p, const float* partial, long long outputs, long long splits) {
   nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);
 }
