@@ -19,7 +19,9 @@
 # (torch.profiler), summarized by kind of kernel side by side; probe = where nvJPEG is on the
 # machine (issue 47); llamaq = the plain LLaMA beside PyTorch only; decode = nabla-bench data
 # --decode both, then bench/pytorch/torch_decode.py (torchvision's nvJPEG, PyTorch's DataLoader),
-# on build/gpu-jpegs (carry it); decodetrain = ResNet-50 training from those files,
+# on build/gpu-jpegs (carry it; or carry build/gpu-photos, Debian's photos copied from
+# /usr/share/backgrounds/mate/nature, and the set is made here: JPEG_PER_PHOTO crops each, default
+# 100, about 40 s); decodetrain = ResNet-50 training from those files,
 # decoded on the GPU and on the CPU by 4 threads, beside the synthetic batch. Logs under $OUT; a
 # table last.
 set -uo pipefail
@@ -92,21 +94,29 @@ if has llamaq; then
   NABLA_FUSION=1 NABLA_FUSION_DUMP="$out/llama_plans.txt" llama 300 --cuda-graph --compare-pytorch \
     > "$out/llama_graph_fuse1_torch.log" 2>&1
 fi
+jpegs=build/gpu-jpegs
+if (has decode || has decodetrain) && compgen -G "build/gpu-photos/*.jpg" > /dev/null; then
+  # An ImageNet-sized set larger than the carry allows, made on this machine from the photos.
+  jpegs=/tmp/gpu-jpegs-made
+  "${NABLA_TORCH_PYTHON:-python3}" tools/make_jpeg_set.py --imagenet --src build/gpu-photos \
+    --per-photo "${JPEG_PER_PHOTO:-100}" --val-per-photo 1 --out "$jpegs" > "$out/make_jpeg_set.log" 2>&1 ||
+    { cat "$out/make_jpeg_set.log"; jpegs=build/gpu-jpegs; }
+fi
 if has decode; then
   # Issue 47: the CPU loader and the GPU (nvJPEG) loader on the carried ImageNet-sized JPEGs
   # (build/gpu-jpegs, made by tools/make_jpeg_set.py --imagenet).
-  timeout 240 "$x/apps/nabla-bench" data --root build/gpu-jpegs/train --threads 4,16 --batch-size 128 \
+  timeout 240 "$x/apps/nabla-bench" data --root "$jpegs/train" --threads 4,16 --batch-size 128 \
     --repeat 8 --decode both > "$out/decode.log" 2>&1
   echo "decode rc=$?" >> "$out/rc"
   # torchvision's nvJPEG decode and PyTorch's DataLoader on the same files.
-  timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_decode.py --root build/gpu-jpegs/train \
+  timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_decode.py --root "$jpegs/train" \
     --workers 4,16 --batch-size 128 --repeat 8 > "$out/torch_decode.log" 2>&1
 fi
 if has decodetrain; then
   # Issue 47's training check on the carried JPEGs: ResNet-50 fp16 channels_last graphed, the
   # synthetic batch, then fed from 4 loader threads decoding on the GPU and on the CPU.
   for run in synthetic gpu cpu; do
-    data=(); [[ $run != synthetic ]] && data=(--data build/gpu-jpegs/train --workers 4 --decode "$run")
+    data=(); [[ $run != synthetic ]] && data=(--data "$jpegs/train" --workers 4 --decode "$run")
     timeout 150 "$x/apps/nabla-bench" train --amp fp16 --channels-last --cuda-graph --steps 60 "${data[@]}" \
       > "$out/decodetrain_$run.log" 2>&1
   done
