@@ -96,7 +96,7 @@ Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides,
                       int64_t end, int64_t step) {
   const Shape layout = is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
   // Under the step compiler, a held g and the zeros around it are pieces of out, written only if
-  // someone reads out (Note [Padded slices] in ops/fusion/recorder.cpp).
+  // someone reads out (Note [Padded slices] in ops/fusion/recorder_pieces.cpp).
   Tensor out;
   if (step == 1 && g.is_cuda() && ops::fusion::holds_result(g)) {
     out = ops::empty_strided(sizes, layout, {.dtype = g.dtype(), .device = g.device()});

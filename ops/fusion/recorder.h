@@ -37,7 +37,7 @@ class Recorder final : public DeferredLaunches {
   bool reduce(const Tensor& x, const Shape& dims, bool mean, const Tensor& out);
   // cat(inputs, dim) into the front end's fresh `out`, when a piece is a held result: each piece
   // is recorded as a copy into its slot of out, which its group then writes directly (Note
-  // [Concatenation in place] in recorder.cpp). All pieces or none.
+  // [Concatenation in place] in recorder_pieces.cpp). All pieces or none.
   bool cat(const TensorList& inputs, int64_t dim, const Tensor& out);
   // The gradient of a slice, `g` (a held result) at [start, start + g.size(dim)) of the front
   // end's fresh `out` and zeros around it, recorded as pieces of out (Note [Padded slices]).
@@ -79,6 +79,9 @@ class Recorder final : public DeferredLaunches {
   const FusionStats& stats() const { return stats_; }
 
  private:
+  // The most ops held at once: a step's pointwise chains are short, and this bounds the plan.
+  static constexpr size_t kMaxHeldOps = 1024;
+
   bool accepts(std::initializer_list<const Tensor*> inputs, const Tensor& out);
   int result_of(const Tensor& t) const { return find_value(by_impl_, slots_, t); }
   // A cast of a cat output recorded here: the casts of its pieces into the slots of `out`.

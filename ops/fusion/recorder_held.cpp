@@ -7,7 +7,7 @@
 
 // The recorder's held launches: a batch norm's launch waits for the next flush, so that the ReLU
 // after it (and, in the backward, the ReLU's mask) can fold into its kernels. The rest of the
-// Recorder's members are in recorder.cpp.
+// Recorder's members are in recorder.cpp and recorder_pieces.cpp.
 
 namespace nabla::ops::fusion {
 
