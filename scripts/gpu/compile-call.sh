@@ -128,16 +128,17 @@ if has llamatrace; then
     llama 150 --cuda-graph --warmup 8 --steps 10 > "$out/trace_llama_nabla.log" 2>&1
   timeout 200 "${NABLA_TORCH_PYTHON:-python3}" bench/pytorch/torch_llama.py --modes compile --steps 10 \
     --trace "$out/llama-torch-%m.csv" > "$out/trace_llama_torch.log" 2>&1
-  summary() {  # summary CSV MARKER LOG: one timeline by kind of kernel, or where its run's log is
+  summary() {  # summary CSV MARKER PHASES LOG: one timeline by kind of kernel and by phase, or where its run's log is
     if [[ -f $1 ]]; then
-      python3 tools/cupti_trace/summarize.py --marker "$2" --gap-ms 5 --categories --top 30 "$1"
+      python3 tools/cupti_trace/summarize.py --marker "$2" --gap-ms 5 --categories --top 30 --phases "$3" "$1"
     else
-      echo "no trace: see $3"
+      echo "no trace: see $4"
     fi
   }
   {
-    summary "$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)" adam_kernel trace_llama_nabla.log
-    summary "$out/llama-torch-compile.csv" Adam trace_llama_torch.log
+    summary "$(ls -S "$out"/llama-nabla-*.csv 2>/dev/null | head -n 1)" adam_kernel \
+      'forward=check_indices,backward=cross_entropy.*backward' trace_llama_nabla.log
+    summary "$out/llama-torch-compile.csv" Adam 'forward=embedding,backward=log_softmax_backward' trace_llama_torch.log
   } > "$out/llama_trace_summary.txt" 2>&1
 fi
 if has llamazoo; then

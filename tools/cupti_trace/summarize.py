@@ -11,7 +11,9 @@ marker's kernel runs several times a step (an optimizer over several tensor tabl
 counts a marker as a new step only that long after the previous step's start. --categories adds
 each step's time by kind of kernel (matrix products, attention, generated, ...), so that two
 frameworks' steps compare by category: bench/pytorch/torch_llama.py --trace writes PyTorch's
-kernels in this CSV format.
+kernels in this CSV format. --phases splits each step where kernels first match given patterns
+(forward=check_indices,backward=cross_entropy.*backward for nabla's LLaMA step), so that the
+forward and the backward compare on their own.
 """
 import argparse
 import collections
@@ -93,7 +95,22 @@ def step_starts(rows, marker, gap_ns):
     return starts
 
 
-def summarize(path, marker, steps, top, gap_ms=0.0, categories=False):
+def phase_of(phases):
+    """A function from a step's kernels (in order) to each kernel's phase name. `phases` is a
+    list of (name, regex): a phase begins at the first kernel after the previous phase's start
+    whose name matches its regex; the kernels before the first are the step's "start"."""
+    def label(names):
+        out, current, k = [], "start", 0
+        for name in names:
+            if k < len(phases) and re.search(phases[k][1], name):
+                current = phases[k][0]
+                k += 1
+            out.append(current)
+        return out
+    return label
+
+
+def summarize(path, marker, steps, top, gap_ms=0.0, categories=False, phases=None):
     rows = load(path)
     by_stream = collections.Counter()
     for _, stream, start, end, _ in rows:
@@ -110,16 +127,21 @@ def summarize(path, marker, steps, top, gap_ms=0.0, categories=False):
     periods, busy, gaps, other = [], 0, [], 0
     per_kernel = collections.Counter()
     by_category = collections.Counter()
+    by_phase = collections.defaultdict(collections.Counter)  # phase -> category -> time
+    label = phase_of(phases) if phases else None
     for lo, hi in zip(marks, marks[1:]):
         periods.append(hi - lo)
         mine = [r for r in rows if lo <= r[2] < hi and r[1] == compute]
         busy += sum(end - start for _, _, start, end, _ in mine)
         gaps += [b[2] - a[3] for a, b in zip(mine, mine[1:])]
         other += sum(r[3] - r[2] for r in rows if lo <= r[2] < hi and r[1] != compute)
-        for kind, _, start, end, name in mine:
+        names = [name for *_, name in mine]
+        for (kind, _, start, end, name), phase in zip(mine, label(names) if label else [None] * len(mine)):
             per_kernel[name[:110]] += end - start
             if categories:
                 by_category[category(name, kind)] += end - start
+            if phase is not None:
+                by_phase[phase][category(name, kind)] += end - start
     print(f"{path}: {n} steps, compute stream {compute}")
     print(f"  step {statistics.median(periods) / 1e6:.3f} ms (median), compute busy {busy / n / 1e6:.3f} ms, "
           f"gaps {sum(gaps) / n / 1e6:.3f} ms (median gap {statistics.median(gaps) / 1e3:.2f} us), "
@@ -128,6 +150,13 @@ def summarize(path, marker, steps, top, gap_ms=0.0, categories=False):
         print("  by category (ms per step):")
         for label, t in by_category.most_common():
             print(f"  {t / n / 1e6:9.3f} ms  {label}")
+    for phase in ["start"] + [name for name, _ in phases or []]:
+        if phase not in by_phase:
+            continue
+        total = sum(by_phase[phase].values())
+        print(f"  {phase}: {total / n / 1e6:.3f} ms per step")
+        for label_, t in by_phase[phase].most_common():
+            print(f"  {t / n / 1e6:9.3f} ms  {label_}")
     for name, t in per_kernel.most_common(top):
         print(f"  {t / n / 1e3:9.1f} us  {name}")
 
@@ -141,9 +170,19 @@ def main():
     parser.add_argument("--gap-ms", type=float, default=0.0,
                         help="a marker kernel starts a new step only this long after the last step began")
     parser.add_argument("--categories", action="store_true", help="also each step's time by kind of kernel")
+    parser.add_argument("--phases", default="",
+                        help="NAME=REGEX,...: split each step where a kernel's name first matches each "
+                             "REGEX in turn (the kernels before the first are 'start'), and give each "
+                             "part's time by kind of kernel")
     args = parser.parse_args()
+    phases = []
+    for item in filter(None, args.phases.split(",")):
+        name, sep, pattern = item.partition("=")
+        if not sep or not name or not pattern:
+            parser.error(f"--phases: expected NAME=REGEX items, got '{item}'")
+        phases.append((name, pattern))
     for path in args.files:
-        summarize(path, args.marker, args.steps, args.top, args.gap_ms, args.categories)
+        summarize(path, args.marker, args.steps, args.top, args.gap_ms, args.categories, phases)
 
 
 if __name__ == "__main__":
