@@ -94,6 +94,7 @@ class Recorder final : public DeferredLaunches {
   // A slice of a held result, read by a new op: recorded as the ops computing that slice alone
   // (Note [Slices of held results]); false when it cannot be (the caller flushes).
   bool push_down(const Tensor& t);
+  bool push_down_expand(const Tensor& t);
   // A result no tensor holds (a slice's intermediate in push_down): never live out.
   int add_virtual(Op op, DType dtype, const Shape& sizes, const Shape& strides);
   void remember_flushed();

@@ -166,13 +166,45 @@ Shape dense_in_order_of(const Shape& sizes, const Shape& like) {
 // read as it is), each op the same with its arguments so narrowed. The slice's values are then
 // computed in the reader's kernel, by the same formulas on the same inputs, so the bits are the
 // same, and the whole result is never written unless someone still holds it. Chains of at most
-// kMaxPushedOps ops, without reductions; a slice along one dim (a narrow), or the same layout.
+// kMaxPushedOps ops, without reductions; a slice along one dim (a narrow), the same layout, or an
+// expand (push_down_expand, above).
 namespace {
 constexpr int kMaxPushedOps = 16;
 }  // namespace
 
+// A held result read through an expand of it (a mean's or a sum's backward with keepdim,
+// `(g * scale).expand(sizes)`; RMSNorm's backward through its statistic): the reader broadcasts
+// the result as the IR's ops broadcast size-1 dims, so the expanded view is recorded as a copy of
+// the result in registers, and the norm's backward stays in one region. Same rank only (the IR
+// aligns dims from the right, so a result with dims dropped would line up wrongly).
+bool Recorder::push_down_expand(const Tensor& t) {
+  for (size_t w = 0; w < slots_.size(); ++w) {
+    const Slot& slot = slots_[w];
+    const Value& value = region_.value(static_cast<int>(w));
+    if (value.producer < 0 || slot.tensor.defined() || value.dtype != t.dtype() ||
+        value.sizes.size() != t.sizes().size() || slot.offset != t.storage_offset() ||
+        slot.storage.lock() != t.storage()) {
+      continue;
+    }
+    bool expands = true;
+    for (size_t d = 0; d < value.sizes.size() && expands; ++d) {
+      const auto k = static_cast<int64_t>(d);
+      if (value.sizes[d] == t.size(k)) {
+        expands = t.size(k) == 1 || t.stride(k) == value.strides[d];
+      } else {
+        expands = value.sizes[d] == 1 && t.stride(k) == 0;
+      }
+    }
+    if (!expands) continue;
+    add({.kind = OpKind::Cast, .args = {static_cast<int>(w)}}, t);
+    return true;
+  }
+  return false;
+}
+
 bool Recorder::push_down(const Tensor& t) {
   if (t.dim() == 0) return false;
+  if (push_down_expand(t)) return true;
   // The held result t slices.
   int u = -1;
   int64_t dim = -1, start = 0;

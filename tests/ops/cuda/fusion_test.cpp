@@ -438,6 +438,29 @@ TEST(FusionScopeCuda, SlicesOfAHeldResultAreComputedForTheSliceWithoutRunningIt)
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
+TEST(FusionScopeCuda, AnExpandOfAHeldResultIsReadWithoutRunningIt) {
+  // A mean's backward expands its held gradient; RMSNorm's backward reads it that way (Note
+  // [Slices of held results], push_down_expand).
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x = random_cuda({8, 16, 32}, kFloat32, seed);
+  const auto f = [&] {
+    const Tensor r = rsqrt(mean(x * x, {-1}, true) + 1e-5);
+    const Tensor e = r.expand({8, 16, 32});
+    return TensorList{e * x + 1.0, (r * 0.5).expand({8, 16, 32}) - x};
+  };
+  const TensorList eager = f();
+  TensorList fused;
+  {
+    FusionScope scope(true);
+    const FusionStats before = scope.stats();
+    fused = f();
+    EXPECT_EQ(scope.stats().flushes, before.flushes) << "reading the expand ran the held ops";
+  }
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
 TEST(FusionScopeCuda, SumsOfSlicesOfAHeldResultHaveTheEagerBits) {
   // A slice read pointwise becomes a held result at its own offset (Note [Slices of held
   // results]); a sum of it must split its elements as the eager fold does, aligned or not.
