@@ -293,6 +293,8 @@ KernelSource Writer::write() {
     }
   } else {
     for (size_t k = 0; k < kernel.operands.size(); ++k) wide[k] = offsets[k] == "i";
+    // An output at one element (an expand's copy, every dim broadcast) takes no four-wide store.
+    for (size_t k = 0; k < n_out; ++k) vectorize = vectorize && wide[k];
   }
   if (vectorize) {
     kernel.per_thread = 4;
@@ -455,7 +457,11 @@ KernelSource Writer::write_reduction() {
   // eager fold reads its input, when their pointers are aligned for it (checked here, else one
   // element at a time). The values and their order are those of the scalar path.
   std::string aligned;
-  if (!coordinates && V % 4 == 0) {
+  // Every output but the result is stored four at a time: each must be at offset e.
+  bool outputs_at_e = true;
+  for (size_t k = 0; k < n_out; ++k)
+    outputs_at_e = outputs_at_e && (kernel.operands[k] == result || offsets[k] == "e");
+  if (!coordinates && V % 4 == 0 && outputs_at_e) {
     for (size_t k = 0; k < kernel.operands.size(); ++k) {
       if (offsets[k] != "e") continue;
       const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));

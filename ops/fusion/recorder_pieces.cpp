@@ -178,6 +178,7 @@ constexpr int kMaxPushedOps = 16;
 // the result in registers, and the norm's backward stays in one region. Same rank only (the IR
 // aligns dims from the right, so a result with dims dropped would line up wrongly).
 bool Recorder::push_down_expand(const Tensor& t) {
+  if (region_.ops().size() + 1 >= kMaxHeldOps) return false;
   for (size_t w = 0; w < slots_.size(); ++w) {
     const Slot& slot = slots_[w];
     const Value& value = region_.value(static_cast<int>(w));
@@ -196,7 +197,13 @@ bool Recorder::push_down_expand(const Tensor& t) {
       }
     }
     if (!expands) continue;
-    add({.kind = OpKind::Cast, .args = {static_cast<int>(w)}}, t);
+    // Never live out: the result it copies is written whenever its storage (t's) is held, so t's
+    // memory is right then without a broadcast store. So the slot names t but not its storage,
+    // and by_storage_ keeps naming the result.
+    region_.add({.kind = OpKind::Cast, .args = {static_cast<int>(w)}}, t.dtype(), t.sizes(), t.strides());
+    slots_.push_back({.impl = t.impl_ptr()});
+    by_impl_[t.impl()] = static_cast<int>(slots_.size()) - 1;
+    ++stats_.recorded_ops;
     return true;
   }
   return false;

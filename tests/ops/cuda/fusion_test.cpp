@@ -448,7 +448,7 @@ TEST(FusionScopeCuda, AnExpandOfAHeldResultIsReadWithoutRunningIt) {
   const auto f = [&] {
     const Tensor r = rsqrt(mean(x * x, {-1}, true) + 1e-5);
     const Tensor e = r.expand({8, 16, 32});
-    return TensorList{e * x + 1.0, (r * 0.5).expand({8, 16, 32}) - x};
+    return TensorList{e * x + 1.0, (r * 0.5).expand({8, 16, 32}) - x, e, r};  // e and r held at the flush
   };
   const TensorList eager = f();
   TensorList fused;
@@ -458,6 +458,23 @@ TEST(FusionScopeCuda, AnExpandOfAHeldResultIsReadWithoutRunningIt) {
     fused = f();
     EXPECT_EQ(scope.stats().flushes, before.flushes) << "reading the expand ran the held ops";
   }
+  for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
+}
+
+TEST(FusionScopeCuda, ExpandsBroadcastEverywhereOrSummedHaveTheEagerBits) {
+  // An expand of a one-element result (every dim broadcast), held at the flush, read by a
+  // pointwise op and by a sum: the copy of an expand is never stored, four-wide or not.
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NVRTC();
+  const uint64_t seed = std::random_device{}();
+  const Tensor x = random_cuda({4, 64}, kFloat32, seed);
+  const Tensor one = random_cuda({1, 1}, kFloat32, seed + 1);
+  auto [eager, fused, stats] = eager_and_fused([&] {
+    const Tensor w = exp(one * 0.5);
+    const Tensor t = w.expand({4, 64});
+    return TensorList{w, t * x, sum(t * x, {-1}), (t + 1.0) * x.unsqueeze(0).expand({2, 4, 64})};
+  });
+  EXPECT_EQ(stats.fallbacks, 0);
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_TRUE(same_bytes(eager[i], fused[i])) << "result " << i;
 }
 
