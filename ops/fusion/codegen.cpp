@@ -80,6 +80,14 @@ class Writer {
   void line(int indent, const std::string& s);
   // Lines turning the offset in index_ into the coordinates c0 (outermost) .. c{n-1} of dims_.
   void coordinate_lines(int indent, const char* suffix);
+  // "aligned(p.p[k], bytes) && ..." for the operands taken four at a time (`wide`).
+  std::string aligned_check(const std::vector<int>& operands, const std::vector<bool>& wide) const;
+  // Four neighbouring elements (Note [Vectorized fused kernels]): the inputs' loads at `at` (four
+  // for wide ones, one for the rest), the ops once per element, the outputs' four-wide stores;
+  // `skip` (an operand, or -1) is neither loaded nor stored, and `per_element` ends each element.
+  void four_wide(int indent, const std::vector<int>& operands, size_t n_out, const std::vector<bool>& wide,
+                 const std::vector<std::string>& at, const std::vector<std::string>& compute, int skip,
+                 const std::string& per_element);
 
   const Region& region_;
   const Group& group_;
@@ -105,6 +113,50 @@ void Writer::coordinate_lines(int indent, const char* suffix) {
       line(indent,
            fmt::format("const {0} c{1} = r % {2}{3};  r /= {2}{3};", index_type_, d, dims_.sizes[d], suffix));
     }
+  }
+}
+
+std::string Writer::aligned_check(const std::vector<int>& operands, const std::vector<bool>& wide) const {
+  std::string aligned;
+  for (size_t k = 0; k < operands.size(); ++k) {
+    if (!wide[k]) continue;
+    const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(operands[k]).dtype));
+    aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
+  }
+  return aligned;
+}
+
+void Writer::four_wide(int indent, const std::vector<int>& operands, size_t n_out,
+                       const std::vector<bool>& wide, const std::vector<std::string>& at,
+                       const std::vector<std::string>& compute, int skip, const std::string& per_element) {
+  const auto type_of = [&](size_t k) { return compute_type_name(region_.value(operands[k]).dtype); };
+  const auto suffix_of = [&](size_t k) { return type_suffix(region_.value(operands[k]).dtype); };
+  for (size_t k = n_out; k < operands.size(); ++k) {
+    if (wide[k]) {
+      line(indent,
+           fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", type_of(k), k, suffix_of(k), k, at[k], k));
+    } else {
+      line(indent, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", type_of(k), operands[k], suffix_of(k), k,
+                               at[k]));
+    }
+  }
+  for (size_t k = 0; k < n_out; ++k) {
+    if (operands[k] != skip) line(indent, fmt::format("{} y{}[4];", type_of(k), k));
+  }
+  line(indent, "#pragma unroll");
+  line(indent, "for (int j = 0; j < 4; ++j) {");
+  for (size_t k = n_out; k < operands.size(); ++k) {
+    if (wide[k]) line(indent + 2, fmt::format("const {} v{} = x{}[j];", type_of(k), operands[k], k));
+  }
+  for (const std::string& c : compute) line(indent + 2, c);
+  for (size_t k = 0; k < n_out; ++k) {
+    if (operands[k] != skip) line(indent + 2, fmt::format("y{}[j] = v{};", k, operands[k]));
+  }
+  if (!per_element.empty()) line(indent + 2, per_element);
+  line(indent, "}");
+  for (size_t k = 0; k < n_out; ++k) {
+    if (operands[k] != skip)
+      line(indent, fmt::format("st4_{}(p.p[{}], {}, y{});", suffix_of(k), k, at[k], k));
   }
 }
 
@@ -302,46 +354,13 @@ KernelSource Writer::write() {
     index_ = "b";
     std::vector<std::string> at_b;
     for (size_t k = 0; k < kernel.operands.size(); ++k) at_b.push_back(offset_of(k));
-    std::string aligned;
-    for (size_t k = 0; k < kernel.operands.size(); ++k) {
-      if (!wide[k]) continue;
-      const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));
-      aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
-    }
-    line(2, fmt::format("if ({}) {{", aligned));
+    line(2, fmt::format("if ({}) {{", aligned_check(kernel.operands, wide)));
     line(4, fmt::format("for ({0} b = ({0}(blockIdx.x) * {1}{2} + threadIdx.x) * 4{2}; b < {3}{2}; "
                         "b += {0}(gridDim.x) * {4}{2}) {{",
                         index_type_, kFusedBlockSize, suffix, vector_numel, 4 * kFusedBlockSize));
     if (coordinates) coordinate_lines(6, suffix);
     index_ = "i";
-    for (size_t k = n_out; k < kernel.operands.size(); ++k) {
-      const Value& v = region_.value(kernel.operands[k]);
-      if (!wide[k]) {
-        line(6, load(k, at_b[k]));
-      } else {
-        line(6, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", compute_type_name(v.dtype), k,
-                            type_suffix(v.dtype), k, at_b[k], k));
-      }
-    }
-    for (size_t k = 0; k < n_out; ++k) {
-      line(6, fmt::format("{} y{}[4];", compute_type_name(region_.value(kernel.operands[k]).dtype), k));
-    }
-    line(6, "#pragma unroll");
-    line(6, "for (int j = 0; j < 4; ++j) {");
-    for (size_t k = n_out; k < kernel.operands.size(); ++k) {
-      if (wide[k]) {
-        line(8,
-             fmt::format("const {} v{} = x{}[j];", compute_type_name(region_.value(kernel.operands[k]).dtype),
-                         kernel.operands[k], k));
-      }
-    }
-    for (const std::string& c : compute) line(8, c);
-    for (size_t k = 0; k < n_out; ++k) line(8, fmt::format("y{}[j] = v{};", k, kernel.operands[k]));
-    line(6, "}");
-    for (size_t k = 0; k < n_out; ++k) {
-      line(6, fmt::format("st4_{}(p.p[{}], {}, y{});", type_suffix(region_.value(kernel.operands[k]).dtype),
-                          k, at_b[k], k));
-    }
+    four_wide(6, kernel.operands, n_out, wide, at_b, compute, -1, "");
     line(4, "}");
     if (vector_numel < kernel.numel) scalar_loop(4, fmt::format("{}{} + ", vector_numel, suffix));
     line(4, "return;");
@@ -456,57 +475,26 @@ KernelSource Writer::write_reduction() {
   // multiple of kVector); operands at offset e are then read and written four at a time, as the
   // eager fold reads its input, when their pointers are aligned for it (checked here, else one
   // element at a time). The values and their order are those of the scalar path.
-  std::string aligned;
   // Every output but the result is stored four at a time: each must be at offset e.
+  std::vector<bool> wide(kernel.operands.size(), false);
   bool outputs_at_e = true;
-  for (size_t k = 0; k < n_out; ++k)
-    outputs_at_e = outputs_at_e && (kernel.operands[k] == result || offsets[k] == "e");
-  if (!coordinates && V % 4 == 0 && outputs_at_e) {
-    for (size_t k = 0; k < kernel.operands.size(); ++k) {
-      if (offsets[k] != "e") continue;
-      const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(kernel.operands[k]).dtype));
-      aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
-    }
+  for (size_t k = 0; k < kernel.operands.size(); ++k) {
+    wide[k] = offsets[k] == "e";
+    if (k < n_out) outputs_at_e = outputs_at_e && (kernel.operands[k] == result || wide[k]);
   }
+  const std::string aligned =
+      !coordinates && V % 4 == 0 && outputs_at_e ? aligned_check(kernel.operands, wide) : "";
   if (!aligned.empty()) {
     line(4, fmt::format("if ({}) {{", aligned));
     for (int c4 = 0; c4 < V; c4 += 4) {
-      const std::string at = c4 == 0 ? "e" : fmt::format("e + {}", c4);
+      const std::string at_e = c4 == 0 ? "e" : fmt::format("e + {}", c4);
+      std::vector<std::string> at = offsets;
+      for (size_t k = 0; k < at.size(); ++k) {
+        if (wide[k]) at[k] = at_e;
+      }
       line(6, "{");
-      for (size_t k = n_out; k < kernel.operands.size(); ++k) {
-        const Value& v = region_.value(kernel.operands[k]);
-        if (offsets[k] == "e") {
-          line(8, fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", compute_type_name(v.dtype), k,
-                              type_suffix(v.dtype), k, at, k));
-        } else {
-          line(8, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype),
-                              kernel.operands[k], type_suffix(v.dtype), k, offsets[k]));
-        }
-      }
-      for (size_t k = 0; k < n_out; ++k) {
-        if (kernel.operands[k] == result) continue;
-        line(8, fmt::format("{} y{}[4];", compute_type_name(region_.value(kernel.operands[k]).dtype), k));
-      }
-      line(8, "#pragma unroll");
-      line(8, "for (int j = 0; j < 4; ++j) {");
-      for (size_t k = n_out; k < kernel.operands.size(); ++k) {
-        if (offsets[k] == "e") {
-          line(10, fmt::format("const {} v{} = x{}[j];",
-                               compute_type_name(region_.value(kernel.operands[k]).dtype), kernel.operands[k],
-                               k));
-        }
-      }
-      for (const std::string& op : compute) line(10, op);
-      for (size_t k = 0; k < n_out; ++k) {
-        if (kernel.operands[k] != result) line(10, fmt::format("y{}[j] = v{};", k, kernel.operands[k]));
-      }
-      line(10, fmt::format("v[{}j] = v{};", c4 == 0 ? "" : fmt::format("{} + ", c4), input));
-      line(8, "}");
-      for (size_t k = 0; k < n_out; ++k) {
-        if (kernel.operands[k] == result) continue;
-        line(8, fmt::format("st4_{}(p.p[{}], {}, y{});", type_suffix(region_.value(kernel.operands[k]).dtype),
-                            k, at, k));
-      }
+      four_wide(8, kernel.operands, n_out, wide, at, compute, result,
+                fmt::format("v[{}j] = v{};", c4 == 0 ? "" : fmt::format("{} + ", c4), input));
       line(6, "}");
     }
     line(6, "return;");
