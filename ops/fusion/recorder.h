@@ -95,6 +95,8 @@ class Recorder final : public DeferredLaunches {
   // (Note [Slices of held results]); false when it cannot be (the caller flushes).
   bool push_down(const Tensor& t);
   bool push_down_expand(const Tensor& t);
+  // Whether value w is a held result on t's storage, of t's dtype and rank (a view's candidate).
+  bool viewed_result(size_t w, const Tensor& t) const;
   // A result no tensor holds (a slice's intermediate in push_down): never live out.
   int add_virtual(Op op, DType dtype, const Shape& sizes, const Shape& strides);
   void remember_flushed();

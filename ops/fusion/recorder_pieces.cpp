@@ -166,8 +166,8 @@ Shape dense_in_order_of(const Shape& sizes, const Shape& like) {
 // read as it is), each op the same with its arguments so narrowed. The slice's values are then
 // computed in the reader's kernel, by the same formulas on the same inputs, so the bits are the
 // same, and the whole result is never written unless someone still holds it. Chains of at most
-// kMaxPushedOps ops, without reductions; a slice along one dim (a narrow), the same layout, or an
-// expand (push_down_expand, above).
+// kMaxPushedOps ops, without reductions; a slice along one dim (a narrow). The same layout and
+// expands are push_down_expand's (above).
 namespace {
 constexpr int kMaxPushedOps = 16;
 }  // namespace
@@ -177,16 +177,18 @@ constexpr int kMaxPushedOps = 16;
 // the result as the IR's ops broadcast size-1 dims, so the expanded view is recorded as a copy of
 // the result in registers, and the norm's backward stays in one region. Same rank only (the IR
 // aligns dims from the right, so a result with dims dropped would line up wrongly).
+bool Recorder::viewed_result(size_t w, const Tensor& t) const {
+  const Slot& slot = slots_[w];
+  const Value& value = region_.value(static_cast<int>(w));
+  return value.producer >= 0 && !slot.tensor.defined() && value.dtype == t.dtype() &&
+         value.sizes.size() == t.sizes().size() && slot.storage.lock() == t.storage();
+}
+
 bool Recorder::push_down_expand(const Tensor& t) {
   if (region_.ops().size() + 1 >= kMaxHeldOps) return false;
   for (size_t w = 0; w < slots_.size(); ++w) {
-    const Slot& slot = slots_[w];
     const Value& value = region_.value(static_cast<int>(w));
-    if (value.producer < 0 || slot.tensor.defined() || value.dtype != t.dtype() ||
-        value.sizes.size() != t.sizes().size() || slot.offset != t.storage_offset() ||
-        slot.storage.lock() != t.storage()) {
-      continue;
-    }
+    if (!viewed_result(w, t) || slots_[w].offset != t.storage_offset()) continue;
     bool expands = true;
     for (size_t d = 0; d < value.sizes.size() && expands; ++d) {
       const auto k = static_cast<int64_t>(d);
@@ -200,10 +202,10 @@ bool Recorder::push_down_expand(const Tensor& t) {
     // Never live out: the result it copies is written whenever its storage (t's) is held, so t's
     // memory is right then without a broadcast store. So the slot names t but not its storage,
     // and by_storage_ keeps naming the result.
-    region_.add({.kind = OpKind::Cast, .args = {static_cast<int>(w)}}, t.dtype(), t.sizes(), t.strides());
-    slots_.push_back({.impl = t.impl_ptr()});
-    by_impl_[t.impl()] = static_cast<int>(slots_.size()) - 1;
-    ++stats_.recorded_ops;
+    const int v =
+        add_virtual({.kind = OpKind::Cast, .args = {static_cast<int>(w)}}, t.dtype(), t.sizes(), t.strides());
+    slots_[static_cast<size_t>(v)].impl = t.impl_ptr();
+    by_impl_[t.impl()] = v;
     return true;
   }
   return false;
@@ -212,17 +214,12 @@ bool Recorder::push_down_expand(const Tensor& t) {
 bool Recorder::push_down(const Tensor& t) {
   if (t.dim() == 0) return false;
   if (push_down_expand(t)) return true;
-  // The held result t slices.
+  // The held result t narrows along one dim (the same layout is an expand, above).
   int u = -1;
   int64_t dim = -1, start = 0;
   for (size_t w = 0; w < slots_.size() && u < 0; ++w) {
-    const Slot& slot = slots_[w];
     const Value& value = region_.value(static_cast<int>(w));
-    if (value.producer < 0 || slot.tensor.defined() || value.dtype != t.dtype() ||
-        value.sizes.size() != t.sizes().size() || value.strides != t.strides() ||
-        slot.storage.lock() != t.storage()) {
-      continue;
-    }
+    if (!viewed_result(w, t) || value.strides != t.strides()) continue;
     int64_t d = -1;
     bool fits = true;
     for (size_t k = 0; k < value.sizes.size(); ++k) {
@@ -230,27 +227,19 @@ bool Recorder::push_down(const Tensor& t) {
       fits = fits && d < 0 && t.size(static_cast<int64_t>(k)) < value.sizes[k];
       d = static_cast<int64_t>(k);
     }
-    const int64_t delta = t.storage_offset() - slot.offset;
-    if (!fits) continue;
-    if (d < 0) {
-      if (delta != 0) continue;
-    } else {
-      const int64_t stride = value.strides[static_cast<size_t>(d)];
-      if (stride <= 0 || delta % stride != 0 || delta / stride < 0 ||
-          delta / stride > value.sizes[static_cast<size_t>(d)] - t.size(d)) {
-        continue;
-      }
-      start = delta / stride;
+    if (!fits || d < 0) continue;
+    const int64_t delta = t.storage_offset() - slots_[w].offset;
+    const int64_t stride = value.strides[static_cast<size_t>(d)];
+    if (stride <= 0 || delta % stride != 0 || delta / stride < 0 ||
+        delta / stride > value.sizes[static_cast<size_t>(d)] - t.size(d)) {
+      continue;
     }
+    start = delta / stride;
     u = static_cast<int>(w);
     dim = d;
   }
   // Room for the chain and the op reading the slice.
   if (u < 0 || region_.ops().size() + kMaxPushedOps >= kMaxHeldOps) return false;
-  if (dim < 0) {  // the same layout through another tensor: a copy in registers
-    add({.kind = OpKind::Cast, .args = {u}}, t);
-    return true;
-  }
   const auto rank = static_cast<int64_t>(region_.value(u).sizes.size());
   const int64_t full = region_.value(u).sizes[static_cast<size_t>(dim)], length = t.size(dim);
   // The dim of value w that the slice narrows, or -1 where w is the same for every slice.
