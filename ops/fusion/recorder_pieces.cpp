@@ -172,11 +172,6 @@ namespace {
 constexpr int kMaxPushedOps = 16;
 }  // namespace
 
-// A held result read through an expand of it (a mean's or a sum's backward with keepdim,
-// `(g * scale).expand(sizes)`; RMSNorm's backward through its statistic): the reader broadcasts
-// the result as the IR's ops broadcast size-1 dims, so the expanded view is recorded as a copy of
-// the result in registers, and the norm's backward stays in one region. Same rank only (the IR
-// aligns dims from the right, so a result with dims dropped would line up wrongly).
 bool Recorder::viewed_result(size_t w, const Tensor& t) const {
   const Slot& slot = slots_[w];
   const Value& value = region_.value(static_cast<int>(w));
@@ -184,6 +179,11 @@ bool Recorder::viewed_result(size_t w, const Tensor& t) const {
          value.sizes.size() == t.sizes().size() && slot.storage.lock() == t.storage();
 }
 
+// A held result read through an expand of it (a mean's or a sum's backward with keepdim,
+// `(g * scale).expand(sizes)`; RMSNorm's backward through its statistic): the reader broadcasts
+// the result as the IR's ops broadcast size-1 dims, so the expanded view is recorded as a copy of
+// the result in registers, and the norm's backward stays in one region. Same rank only (the IR
+// aligns dims from the right, so a result with dims dropped would line up wrongly).
 bool Recorder::push_down_expand(const Tensor& t) {
   if (region_.ops().size() + 1 >= kMaxHeldOps) return false;
   for (size_t w = 0; w < slots_.size(); ++w) {
