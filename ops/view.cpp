@@ -94,7 +94,7 @@ std::optional<Shape> view_strides(const Shape& old_sizes, const Shape& old_strid
 // slice. Differentiable (its own backward is the slice), so double backward works through views.
 Tensor slice_backward(const Tensor& g, const Shape& sizes, const Shape& strides, int64_t dim, int64_t start,
                       int64_t end, int64_t step) {
-  const Shape layout = is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
+  const Shape layout = ops::dense_strides_like(sizes, strides);
   // Under the step compiler, a held g and the zeros around it are pieces of out, written only if
   // someone reads out (Note [Padded slices] in ops/fusion/recorder_pieces.cpp).
   Tensor out;

@@ -38,9 +38,11 @@ inline int64_t layout_extent(const Shape& sizes, const Shape& strides) {
 // transpose and the projection's reshape, the zeros a slice's backward writes into. `like`'s
 // strides when they are non-overlapping and dense (a permutation of a contiguous layout), else
 // contiguous ones.
+inline Shape dense_strides_like(const Shape& sizes, const Shape& strides) {
+  return is_non_overlapping_and_dense(sizes, strides) ? strides : contiguous_strides(sizes);
+}
 inline Shape dense_strides_like(const Tensor& like) {
-  return is_non_overlapping_and_dense(like.sizes(), like.strides()) ? like.strides()
-                                                                    : contiguous_strides(like.sizes());
+  return dense_strides_like(like.sizes(), like.strides());
 }
 
 // A fresh tensor of `sizes` laid out with `strides`, which must be dense (a permutation of a
