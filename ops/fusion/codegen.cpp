@@ -84,10 +84,17 @@ class Writer {
   std::string aligned_check(const std::vector<int>& operands, const std::vector<bool>& wide) const;
   // Four neighbouring elements (Note [Vectorized fused kernels]): the inputs' loads at `at` (four
   // for wide ones, one for the rest), the ops once per element, the outputs' four-wide stores;
-  // `skip` (an operand, or -1) is neither loaded nor stored, and `per_element` ends each element.
+  // operands not in `use` are neither loaded nor stored, and `per_element` ends each element.
   void four_wide(int indent, const std::vector<int>& operands, size_t n_out, const std::vector<bool>& wide,
-                 const std::vector<std::string>& at, const std::vector<std::string>& compute, int skip,
-                 const std::string& per_element);
+                 const std::vector<std::string>& at, const std::vector<std::string>& compute,
+                 const std::vector<bool>& use, const std::string& per_element);
+  // The ops of `candidates` (program order) that computing `roots` needs, in program order.
+  std::vector<int> needed_ops(const std::vector<int>& candidates, const std::vector<int>& roots) const;
+  // Whether one of `ops` reads value v.
+  bool reads(const std::vector<int>& ops, int v) const;
+  // The epilogue of a one-pass row reduction (Note [One-pass rows] in plan.cpp): struct Then.
+  void then_lines(const KernelSource& kernel, const std::vector<std::string>& offsets,
+                  const std::vector<int>& epilogue, const std::string& result_value);
 
   const Region& region_;
   const Group& group_;
@@ -128,10 +135,12 @@ std::string Writer::aligned_check(const std::vector<int>& operands, const std::v
 
 void Writer::four_wide(int indent, const std::vector<int>& operands, size_t n_out,
                        const std::vector<bool>& wide, const std::vector<std::string>& at,
-                       const std::vector<std::string>& compute, int skip, const std::string& per_element) {
+                       const std::vector<std::string>& compute, const std::vector<bool>& use,
+                       const std::string& per_element) {
   const auto type_of = [&](size_t k) { return compute_type_name(region_.value(operands[k]).dtype); };
   const auto suffix_of = [&](size_t k) { return type_suffix(region_.value(operands[k]).dtype); };
   for (size_t k = n_out; k < operands.size(); ++k) {
+    if (!use[k]) continue;
     if (wide[k]) {
       line(indent,
            fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", type_of(k), k, suffix_of(k), k, at[k], k));
@@ -141,23 +150,51 @@ void Writer::four_wide(int indent, const std::vector<int>& operands, size_t n_ou
     }
   }
   for (size_t k = 0; k < n_out; ++k) {
-    if (operands[k] != skip) line(indent, fmt::format("{} y{}[4];", type_of(k), k));
+    if (use[k]) line(indent, fmt::format("{} y{}[4];", type_of(k), k));
   }
   line(indent, "#pragma unroll");
   line(indent, "for (int j = 0; j < 4; ++j) {");
   for (size_t k = n_out; k < operands.size(); ++k) {
-    if (wide[k]) line(indent + 2, fmt::format("const {} v{} = x{}[j];", type_of(k), operands[k], k));
+    if (use[k] && wide[k])
+      line(indent + 2, fmt::format("const {} v{} = x{}[j];", type_of(k), operands[k], k));
   }
   for (const std::string& c : compute) line(indent + 2, c);
   for (size_t k = 0; k < n_out; ++k) {
-    if (operands[k] != skip) line(indent + 2, fmt::format("y{}[j] = v{};", k, operands[k]));
+    if (use[k]) line(indent + 2, fmt::format("y{}[j] = v{};", k, operands[k]));
   }
   if (!per_element.empty()) line(indent + 2, per_element);
   line(indent, "}");
   for (size_t k = 0; k < n_out; ++k) {
-    if (operands[k] != skip)
-      line(indent, fmt::format("st4_{}(p.p[{}], {}, y{});", suffix_of(k), k, at[k], k));
+    if (use[k]) line(indent, fmt::format("st4_{}(p.p[{}], {}, y{});", suffix_of(k), k, at[k], k));
   }
+}
+
+// Whether an operand in `use` is addressed through coordinates (not at the index e, nor at 0).
+bool needs_coordinates(const std::vector<std::string>& offsets, const std::vector<bool>& use) {
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    if (use[k] && !offsets[k].empty() && offsets[k] != "e" && offsets[k] != "0") return true;
+  }
+  return false;
+}
+
+std::vector<int> Writer::needed_ops(const std::vector<int>& candidates, const std::vector<int>& roots) const {
+  std::vector<bool> need(region_.values().size(), false);
+  for (int v : roots) need[static_cast<size_t>(v)] = true;
+  std::vector<int> kept;
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    const Op& op = region_.op(*it);
+    if (!need[static_cast<size_t>(op.result)]) continue;
+    kept.push_back(*it);
+    for (int a : op.args) need[static_cast<size_t>(a)] = true;
+  }
+  return {kept.rbegin(), kept.rend()};
+}
+
+bool Writer::reads(const std::vector<int>& ops, int v) const {
+  return std::any_of(ops.begin(), ops.end(), [&](int o) {
+    const auto& args = region_.op(o).args;
+    return std::find(args.begin(), args.end(), v) != args.end();
+  });
 }
 
 // The ops, one line each, reading and defining v<value>.
@@ -360,7 +397,8 @@ KernelSource Writer::write() {
                         index_type_, kFusedBlockSize, suffix, vector_numel, 4 * kFusedBlockSize));
     if (coordinates) coordinate_lines(6, suffix);
     index_ = "i";
-    four_wide(6, kernel.operands, n_out, wide, at_b, compute, -1, "");
+    four_wide(6, kernel.operands, n_out, wide, at_b, compute, std::vector<bool>(kernel.operands.size(), true),
+              "");
     line(4, "}");
     if (vector_numel < kernel.numel) scalar_loop(4, fmt::format("{}{} + ", vector_numel, suffix));
     line(4, "return;");
@@ -402,8 +440,28 @@ KernelSource Writer::write_reduction() {
   NABLA_ASSERT(layout.has_value(), "fusion codegen: {} cannot be read in place",
                describe(region_, reduction));
 
+  // Before the reduction, its prologue; after it, the row ops and the epilogue (Note [One-pass
+  // rows] in plan.cpp). Row values (the result and the row ops') live in registers, one per row.
+  std::vector<int> prologue, epilogue;
+  std::vector<int> row_values{result};
+  for (int o : group_.ops) {
+    const bool row = std::find(group_.row_ops.begin(), group_.row_ops.end(), o) != group_.row_ops.end();
+    if (o < group_.reduce) {
+      prologue.push_back(o);
+    } else if (row) {
+      row_values.push_back(region_.op(o).result);
+    } else if (o != group_.reduce) {
+      epilogue.push_back(o);
+    }
+  }
+  const auto is_row = [&](int v) {
+    return std::find(row_values.begin(), row_values.end(), v) != row_values.end();
+  };
+  const bool then = !group_.row_ops.empty() || !epilogue.empty();
+
   KernelSource kernel;
   kernel.kind = layout->i == 1 ? KernelKind::ReduceRows : KernelKind::ReduceColumns;
+  kernel.one_pass = then;
   kernel.operands = group_.outputs;
   kernel.operands.insert(kernel.operands.end(), group_.inputs.begin(), group_.inputs.end());
   kernel.numel = numel_of(group_.sizes);
@@ -416,11 +474,12 @@ KernelSource Writer::write_reduction() {
   kernel.acc_bytes = in.dtype == kFloat64 ? 8 : 4;
 
   // The iteration in the input's memory order: the input first, so its strides order the dims.
+  // Row values are stored by row, not by element.
   std::vector<IterationOperand> iteration;
   iteration.reserve(kernel.operands.size() + 1);
   iteration.push_back({in.sizes, in.strides, 1});
   for (int v : kernel.operands) {
-    const Value& value = region_.value(v == result ? input : v);
+    const Value& value = region_.value(is_row(v) ? input : v);
     iteration.push_back({value.sizes, value.strides, 1});
   }
   dims_ = coalesce_dims(group_.sizes, iteration);
@@ -430,23 +489,29 @@ KernelSource Writer::write_reduction() {
   index_type_ = kernel.index32 ? "unsigned" : "long long";
   const char* suffix = kernel.index32 ? "u" : "ll";
 
-  std::vector<int> prologue;
-  for (int o : group_.ops) {
-    if (o != group_.reduce) prologue.push_back(o);
-  }
-  const std::vector<std::string> compute = compute_lines(prologue);
-
   text_.clear();
   std::vector<std::string> offsets;
-  bool coordinates = false;
-  for (size_t k = 0; k < kernel.operands.size(); ++k) {
-    offsets.push_back(kernel.operands[k] == result ? "" : offset_of(k));
-    coordinates = coordinates || (!offsets.back().empty() && offsets.back() != "e" && offsets.back() != "0");
-  }
-  const int y = static_cast<int>(std::find(kernel.operands.begin(), kernel.operands.end(), result) -
-                                 kernel.operands.begin());
+  for (size_t k = 0; k < kernel.operands.size(); ++k)
+    offsets.push_back(is_row(kernel.operands[k]) ? "" : offset_of(k));
   const size_t n_out = group_.outputs.size();
   const int V = kernel.vector;
+
+  // The source computes the reduced element and stores the prologue's outputs; it loads only the
+  // inputs those need.
+  std::vector<int> source_roots{input};
+  std::vector<bool> source_use(kernel.operands.size(), false);
+  for (size_t k = 0; k < n_out; ++k) {
+    const int v = kernel.operands[k];
+    if (!is_row(v) && region_.value(v).producer < group_.reduce) {
+      source_roots.push_back(v);
+      source_use[k] = true;
+    }
+  }
+  const std::vector<int> source_ops = needed_ops(prologue, source_roots);
+  for (size_t k = n_out; k < kernel.operands.size(); ++k)
+    source_use[k] = reads(source_ops, kernel.operands[k]);
+  const std::vector<std::string> compute = compute_lines(source_ops);
+  const bool coordinates = needs_coordinates(offsets, source_use);
 
   line(0, "struct Source {");
   line(2, fmt::format("using Value = {};", c));
@@ -458,13 +523,14 @@ KernelSource Writer::write_reduction() {
   line(4, fmt::format("const {0} e = static_cast<{0}>(e_);", index_type_));
   if (coordinates) coordinate_lines(4, suffix);
   for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+    if (!source_use[k]) continue;
     const Value& v = region_.value(kernel.operands[k]);
     line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
                         type_suffix(v.dtype), k, offsets[k]));
   }
   for (const std::string& op : compute) line(4, op);
   for (size_t k = 0; k < n_out; ++k) {
-    if (kernel.operands[k] == result) continue;
+    if (!source_use[k]) continue;
     line(4, fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
                         offsets[k], kernel.operands[k]));
   }
@@ -475,12 +541,12 @@ KernelSource Writer::write_reduction() {
   // multiple of kVector); operands at offset e are then read and written four at a time, as the
   // eager fold reads its input, when their pointers are aligned for it (checked here, else one
   // element at a time). The values and their order are those of the scalar path.
-  // Every output but the result is stored four at a time: each must be at offset e.
+  // Every output the source stores is stored four at a time: each must be at offset e.
   std::vector<bool> wide(kernel.operands.size(), false);
   bool outputs_at_e = true;
   for (size_t k = 0; k < kernel.operands.size(); ++k) {
-    wide[k] = offsets[k] == "e";
-    if (k < n_out) outputs_at_e = outputs_at_e && (kernel.operands[k] == result || wide[k]);
+    wide[k] = source_use[k] && offsets[k] == "e";
+    if (k < n_out) outputs_at_e = outputs_at_e && (!source_use[k] || wide[k]);
   }
   const std::string aligned =
       !coordinates && V % 4 == 0 && outputs_at_e ? aligned_check(kernel.operands, wide) : "";
@@ -493,7 +559,7 @@ KernelSource Writer::write_reduction() {
         if (wide[k]) at[k] = at_e;
       }
       line(6, "{");
-      four_wide(8, kernel.operands, n_out, wide, at, compute, result,
+      four_wide(8, kernel.operands, n_out, wide, at, compute, source_use,
                 fmt::format("v[{}j] = v{};", c4 == 0 ? "" : fmt::format("{} + ", c4), input));
       line(6, "}");
     }
@@ -507,6 +573,9 @@ KernelSource Writer::write_reduction() {
   line(0, "");
   // The eager SumOp (reduce/sum.cu): a float accumulator for float32 and the 16-bit floats.
   const int64_t divisor = reduction.mean ? layout->reduce_size() : 1;
+  const std::string result_value = fmt::format("a / static_cast<{}>({}LL)", c, divisor);
+  const auto y =
+      std::find(kernel.operands.begin(), kernel.operands.begin() + static_cast<long>(n_out), result);
   line(0, "struct Fold {");
   line(2, fmt::format("using In = {};", c));
   line(2, fmt::format("using Acc = {};", c));
@@ -514,17 +583,25 @@ KernelSource Writer::write_reduction() {
   line(2, fmt::format("__device__ {0} init() const {{ return {0}(0); }}", c));
   line(2, fmt::format("__device__ void update({0}& a, {0} v, long long) const {{ a += v; }}", c));
   line(2, fmt::format("__device__ {0} combine({0} a, {0} b) const {{ return a + b; }}", c));
-  line(2, fmt::format("__device__ void write(long long k, {} a) const {{ st_{}(p.p[{}], k, a / "
-                      "static_cast<{}>({}LL)); }}",
-                      c, type_suffix(region_.value(result).dtype), y, c, divisor));
+  if (y != kernel.operands.begin() + static_cast<long>(n_out)) {
+    line(2, fmt::format("__device__ void write(long long k, {} a) const {{ st_{}(p.p[{}], k, {}); }}", c,
+                        type_suffix(region_.value(result).dtype), y - kernel.operands.begin(), result_value));
+  } else {
+    line(2, fmt::format("__device__ void write(long long, {}) const {{}}  // read only by the row's ops", c));
+  }
   line(0, "};");
   line(0, "");
+  if (then) then_lines(kernel, offsets, epilogue, result_value);
   const bool rows = kernel.kind == KernelKind::ReduceRows;
   line(0, fmt::format("extern \"C\" __global__ void __launch_bounds__({}) NABLA_KERNEL(Pointers<{}> p, "
                       "nabla::ops::cuda::reduction::Geometry g, {}* partial) {{",
                       rows ? 512 : 256, kernel.operands.size(), c));
-  line(2, fmt::format("nabla::ops::cuda::reduction::{}(Fold{{p}}, Source{{p}}, g, partial);",
-                      rows ? "reduce_rows" : "reduce_columns"));
+  if (then) {
+    line(2, "nabla::ops::cuda::reduction::reduce_rows_then(Fold{p}, Source{p}, g, Then{p});");
+  } else {
+    line(2, fmt::format("nabla::ops::cuda::reduction::{}(Fold{{p}}, Source{{p}}, g, partial);",
+                        rows ? "reduce_rows" : "reduce_columns"));
+  }
   line(0, "}");
   line(0, fmt::format(
               "extern \"C\" __global__ void __launch_bounds__(256) NABLA_KERNEL_partials(Pointers<{}> p, "
@@ -540,14 +617,133 @@ KernelSource Writer::write_reduction() {
   }
   std::string header = fmt::format(
       "// Generated by nabla's step compiler (ops/fusion/codegen.cpp): {} ops over {}, "
-      "reduced as (A, O, B, I) = ({}, {}, {}, {}).\n",
-      group_.ops.size(), shape_str(group_.sizes), kernel.a, kernel.o, kernel.b, kernel.i);
+      "reduced as (A, O, B, I) = ({}, {}, {}, {}){}.\n",
+      group_.ops.size(), shape_str(group_.sizes), kernel.a, kernel.o, kernel.b, kernel.i,
+      then ? ", one pass per row" : "");
   for (int o : group_.ops) header += "//   " + describe(region_, region_.op(o)) + "\n";
   kernel.source = header +
                   fmt::format("#include \"{}\"\n#include \"{}\"\n\nusing namespace nabla_fusion;\n\n",
                               kPreludeName, kFoldName) +
                   body;
   return kernel;
+}
+
+// Note [One-pass rows] (plan.cpp): after the fold, every lane of row k holds its sum `a`. The row
+// ops run on it once per lane (lane 0 stores the row outputs), then the lanes walk the row's
+// elements e = k * B + j again: the inputs the epilogue needs are loaded, the prologue values it
+// reads computed again with the same formulas, the epilogue computed and stored. Four elements
+// at a time where every operand allows it (as in Note [Vectorized fused kernels]), else one.
+void Writer::then_lines(const KernelSource& kernel, const std::vector<std::string>& offsets,
+                        const std::vector<int>& epilogue, const std::string& result_value) {
+  const Op& reduction = region_.op(group_.reduce);
+  const int result = reduction.result;
+  const Value& out = region_.value(result);
+  const size_t n_out = group_.outputs.size();
+  const char* suffix = kernel.index32 ? "u" : "ll";
+  const char* c = compute_type_name(region_.value(reduction.args[0]).dtype);
+
+  std::vector<int> prologue;
+  for (int o : group_.ops) {
+    if (o < group_.reduce) prologue.push_back(o);
+  }
+  std::vector<bool> row_out(kernel.operands.size(), false), use(kernel.operands.size(), false);
+  std::vector<int> roots;
+  for (size_t k = 0; k < n_out; ++k) {
+    const int v = kernel.operands[k];
+    const int producer = region_.value(v).producer;
+    const bool row =
+        std::find(group_.row_ops.begin(), group_.row_ops.end(), producer) != group_.row_ops.end();
+    row_out[k] = row;
+    use[k] = !row && producer > group_.reduce;
+    if (use[k]) roots.push_back(v);
+  }
+  std::vector<int> walk = needed_ops(prologue, [&] {
+    std::vector<int> args;
+    for (int o : epilogue) {
+      for (int a : region_.op(o).args) args.push_back(a);
+    }
+    return args;
+  }());
+  walk.insert(walk.end(), epilogue.begin(), epilogue.end());
+  walk = needed_ops(walk, roots);
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) use[k] = reads(walk, kernel.operands[k]);
+  const std::vector<std::string> compute = compute_lines(walk);
+  const bool coordinates = needs_coordinates(offsets, use);
+
+  line(0, "struct Then {");
+  line(2, fmt::format("Pointers<{}> p;", kernel.operands.size()));
+  line(2, fmt::format("__device__ __forceinline__ void operator()(long long k, {} a, unsigned lane, unsigned "
+                      "lanes) const {{",
+                      c));
+  std::string r = fmt::format("{} v{} = {};", compute_type_name(out.dtype), result, result_value);
+  if (out.dtype == kFloat16 || out.dtype == kBFloat16)
+    r += fmt::format("  v{0} = rnd_{1}(v{0});", result, type_suffix(out.dtype));
+  line(4, r);
+  for (const std::string& s : compute_lines(group_.row_ops)) line(4, s);
+  std::string stores;
+  for (size_t k = 0; k < n_out; ++k) {
+    if (!row_out[k]) continue;
+    stores += fmt::format(" st_{}(p.p[{}], k, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
+                          kernel.operands[k]);
+  }
+  if (!stores.empty()) line(4, fmt::format("if (lane == 0) {{{} }}", stores));
+  if (walk.empty()) {
+    line(2, "}");
+    line(0, "};");
+    line(0, "");
+    return;
+  }
+  line(4, fmt::format("const {0} row = static_cast<{0}>(k) * {1}{2};", index_type_, kernel.b, suffix));
+
+  // Four at a time: B a multiple of 4 (so e is), and each operand along the innermost dim either
+  // with stride 1 and its other strides multiples of 4 (wide), or broadcast (an input).
+  std::vector<bool> wide(kernel.operands.size(), false);
+  bool vectorize = kernel.b % 4 == 0;
+  const size_t inner = dims_.sizes.size() - 1;
+  vectorize = vectorize && (!coordinates || dims_.sizes[inner] % 4 == 0);
+  for (size_t k = 0; k < kernel.operands.size(); ++k) {
+    if (!use[k]) continue;
+    if (!coordinates) {
+      wide[k] = offsets[k] == "e";
+    } else {
+      const auto& strides = dims_.strides[k + shift_];
+      wide[k] = strides[inner] == 1;
+      for (size_t d = 0; d < inner && wide[k]; ++d)
+        vectorize = vectorize && (dims_.sizes[d] == 1 || strides[d] % 4 == 0);
+      vectorize = vectorize && (wide[k] || strides[inner] == 0);
+    }
+    vectorize = vectorize && (k >= n_out || wide[k]);
+  }
+  if (vectorize) {
+    line(4, fmt::format("if ({}) {{", aligned_check(kernel.operands, wide)));
+    line(6, fmt::format("for ({0} col = lane * 4{1}; col < {2}{1}; col += lanes * 4{1}) {{", index_type_,
+                        suffix, kernel.b));
+    line(8, fmt::format("const {} e = row + col;", index_type_));
+    if (coordinates) coordinate_lines(8, suffix);
+    four_wide(8, kernel.operands, n_out, wide, offsets, compute, use, "");
+    line(6, "}");
+    line(6, "return;");
+    line(4, "}");
+  }
+  line(4, fmt::format("for ({0} col = lane; col < {1}{2}; col += lanes) {{", index_type_, kernel.b, suffix));
+  line(6, fmt::format("const {} e = row + col;", index_type_));
+  if (coordinates) coordinate_lines(6, suffix);
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+    if (!use[k]) continue;
+    const Value& v = region_.value(kernel.operands[k]);
+    line(6, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
+                        type_suffix(v.dtype), k, offsets[k]));
+  }
+  for (const std::string& s : compute) line(6, s);
+  for (size_t k = 0; k < n_out; ++k) {
+    if (!use[k]) continue;
+    line(6, fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
+                        offsets[k], kernel.operands[k]));
+  }
+  line(4, "}");
+  line(2, "}");
+  line(0, "};");
+  line(0, "");
 }
 
 }  // namespace

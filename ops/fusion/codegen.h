@@ -37,6 +37,9 @@ struct KernelSource {
   int64_t a = 1, o = 1, b = 1, i = 1;
   int vector = 0;
   int acc_bytes = 0;
+  // A row reduction with row ops or an epilogue after its fold (Note [One-pass rows] in
+  // ops/fusion/plan.cpp): it must run with one split per row.
+  bool one_pass = false;
 
   bool is_reduction() const { return kind != KernelKind::Pointwise; }
   std::string partials_name() const { return name + "_partials"; }

@@ -10,9 +10,47 @@ namespace {
 
 struct Building {
   Group group;
-  bool joinable = true;  // false: an op the compiler cannot fuse, alone
-  bool closed = false;   // a reduction ended it: nothing joins it any more
+  bool joinable = true;         // false: an op the compiler cannot fuse, alone
+  bool closed = false;          // a reduction ended it: only row ops and the epilogue join it
+  bool rows = false;            // closed by a reduction that may take row ops and an epilogue
+  std::vector<int> row_values;  // the reduction's result and the row ops' results
 };
+
+// Note [One-pass rows]: a row reduction whose rows are contiguous (A == 1, I == 1) and whose
+// result keeps the reduced dims runs a warp or a block per row, and after the fold every lane of
+// the row can hold the row's result (reduce_rows_then in reduce/fold.cuh). So the ops reading
+// only that result (row ops: a norm's `+ eps` and `rsqrt`, a mean's backward scale) join the
+// kernel, computed once per row, and so do ops of the group's sizes reading the row values, the
+// group's values or values from before it (the epilogue: the norm's `x * r * w`, its backward's
+// `dx`): the lanes walk their row again, computing the group's values from its inputs again (a
+// row is a few kB, still in L1 or L2). The fold's order is the eager kernel's, and every formula
+// is the op's, so the bits are the eager ops'. It needs one split per row, which plan_launch
+// (reduce/geometry.cpp) chooses for rows of at most 1024 elements, or at least 4 rows per SM;
+// kMaxSms bounds the device's SMs. A reduction that reads an epilogue's value cannot join the
+// closed group, and runs as the eager kernel.
+constexpr int64_t kMaxSms = 1024;
+
+bool one_pass_rows(const Region& region, const Op& reduction) {
+  const auto layout = reduce_layout(region, reduction);
+  if (!layout || layout->a != 1 || layout->i != 1 || layout->b < 2) return false;
+  if (region.value(reduction.result).sizes.size() != region.value(reduction.args[0]).sizes.size())
+    return false;
+  return layout->b <= 1024 || layout->o >= 4 * kMaxSms;
+}
+
+// Whether `op` can join the row phase of `b`, a group closed by a one-pass row reduction: as a
+// row op (its arguments row values, its result laid out as the reduction's), or as an epilogue
+// op (the group's sizes). Sets *row for a row op.
+bool joins_rows(const Region& region, const Building& b, const Op& op, bool* row) {
+  const auto is_row = [&](int v) {
+    return std::find(b.row_values.begin(), b.row_values.end(), v) != b.row_values.end();
+  };
+  const Value& out = region.value(op.result);
+  const Value& result = region.value(region.op(b.group.reduce).result);
+  *row = !op.args.empty() && std::all_of(op.args.begin(), op.args.end(), is_row) &&
+         out.sizes == result.sizes && out.strides == result.strides;
+  return *row || out.sizes == b.group.sizes;
+}
 
 // Which ops something reads: a result live out of the region, or an argument of a live op.
 std::vector<bool> live_ops(const Region& region) {
@@ -116,6 +154,7 @@ Plan plan_groups(const Region& region) {
     const bool reduction = op.kind == OpKind::Reduce;
     const Shape& sizes = region.value(reduction ? op.args[0] : op.result).sizes;
     int chosen = -1;
+    bool row = false;  // a row op (Note [One-pass rows])
     if (reduction) {
       // Note [Fused reductions]: a reduction runs in the kernel computing its input, each of
       // whose elements that kernel then visits once, in the reduction's order; the group's other
@@ -128,14 +167,17 @@ Plan plan_groups(const Region& region) {
     } else if (fusible(region, op)) {
       for (int g = static_cast<int>(building.size()) - 1; g >= bound; --g) {
         const Building& b = building[static_cast<size_t>(g)];
-        if (b.joinable && !b.closed && b.group.sizes == sizes) {
+        if (!b.joinable) continue;
+        if ((!b.closed && b.group.sizes == sizes) || (b.rows && joins_rows(region, b, op, &row))) {
           chosen = g;
           break;
         }
       }
     }
     if (chosen < 0) {
-      building.push_back({.group = {.sizes = sizes}, .joinable = !reduction && fusible(region, op)});
+      Building& b = building.emplace_back();
+      b.group.sizes = sizes;
+      b.joinable = !reduction && fusible(region, op);
       chosen = static_cast<int>(building.size()) - 1;
     }
     Building& target = building[static_cast<size_t>(chosen)];
@@ -143,6 +185,11 @@ Plan plan_groups(const Region& region) {
     if (reduction) {
       target.group.reduce = static_cast<int>(o);
       target.closed = true;
+      target.rows = target.joinable && one_pass_rows(region, op);
+      target.row_values = {op.result};
+    } else if (row) {
+      target.group.row_ops.push_back(static_cast<int>(o));
+      target.row_values.push_back(op.result);
     }
     group_of[static_cast<size_t>(op.result)] = chosen;
   }
@@ -181,6 +228,8 @@ Plan plan_groups(const Region& region) {
       for (int a : op.args) needed[static_cast<size_t>(a)] = true;
     }
     own.assign(kept.rbegin(), kept.rend());
+    std::erase_if(building[g].group.row_ops,
+                  [&](int o) { return std::find(own.begin(), own.end(), o) == own.end(); });
   }
   for (size_t g = 0; g < building.size(); ++g) {
     Group& group = building[g].group;
@@ -213,10 +262,11 @@ std::string dump(const Plan& plan) {
   std::string s;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const Group& group = plan.groups[g];
-    s += fmt::format("group {} {} {}: ops{}, in{}, out{}{}\n", g, group.fused ? "fused" : "eager",
+    s += fmt::format("group {} {} {}: ops{}, in{}, out{}{}{}\n", g, group.fused ? "fused" : "eager",
                      shape_str(group.sizes), list(group.ops, ""), list(group.inputs, "%"),
                      list(group.outputs, "%"),
-                     group.reduce >= 0 ? fmt::format(", reduce {}", group.reduce) : "");
+                     group.reduce >= 0 ? fmt::format(", reduce {}", group.reduce) : "",
+                     group.row_ops.empty() ? "" : fmt::format(", rows{}", list(group.row_ops, "")));
   }
   if (!plan.dead.empty()) s += fmt::format("dead:{}\n", list(plan.dead, ""));
   return s;

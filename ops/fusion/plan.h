@@ -12,8 +12,11 @@ namespace nabla::ops::fusion {
 struct Group {
   Shape sizes;               // the iteration: every op of the group has these result sizes, but
                              // a reduction, whose input has them
-  int reduce = -1;           // the group's reduction (its last op), or -1: a pointwise group
+  int reduce = -1;           // the group's reduction, or -1: a pointwise group
   std::vector<int> ops;      // program order
+  std::vector<int> row_ops;  // ops of `ops` after the reduction on its result's shape, one value
+                             // per row (Note [One-pass rows] in plan.cpp); the rest after it are
+                             // the epilogue, on the group's sizes
   std::vector<int> inputs;   // values read from outside the group, in order of first use
   std::vector<int> outputs;  // values written: live out of the region, or read by a later group
   bool fused = false;        // a generated kernel; false: one op run as recorded (not fusible,
@@ -28,7 +31,8 @@ struct Plan {
 // Groups the live ops of `region`. An op joins the latest group of its result's sizes that
 // comes no earlier than any group it reads from, so groups stay in dependency order; an op the
 // compiler cannot fuse is a group of its own. A reduction joins the group computing its input,
-// which it closes (Note [Fused reductions] in plan.cpp).
+// which it closes (Note [Fused reductions] in plan.cpp), but for the ops a row reduction's kernel
+// can compute after the fold (Note [One-pass rows]).
 Plan plan_groups(const Region& region);
 
 // "group 0 fused [8, 64]: ops 0 1 2, in %0 %1, out %4", one line per group, for golden tests.

@@ -188,9 +188,9 @@ TEST(FusionPlan, FusesMixedFloatPairsMasksAndCastsButNotIntegers) {
 struct RmsNorm {
   Region r;
   int x, w, xf, sq, ms, eps, rstd, n, nb, y;
-  RmsNorm() {
-    x = r.input(kBFloat16, {4, 16, 64});
-    w = r.input(kBFloat16, {64});
+  explicit RmsNorm(const Shape& sizes = {4, 16, 64}) {
+    x = r.input(kBFloat16, sizes);
+    w = r.input(kBFloat16, {sizes.back()});
     xf = r.cast(x, kFloat32);
     sq = r.binary(BinaryOp::Mul, xf, xf);
     ms = r.reduce(sq, {2}, /*keepdim=*/true, /*mean=*/true);
@@ -204,21 +204,30 @@ struct RmsNorm {
   }
 };
 
-TEST(FusionPlan, AMeanRunsInTheKernelOfItsInputWhichItCloses) {
+TEST(FusionPlan, ANormIsOneKernelComputingTheRowsStatisticThenItsElements) {
   RmsNorm m;
   const Plan plan = plan_groups(m.r);
-  // x*x is never written, nor the float32 copy of x: the normalization after the statistics
-  // (which cannot join the closed group) converts x again (Note [Recomputed values]).
+  // Note [One-pass rows]: the mean runs in the kernel of its input; `+ eps` and `rsqrt` once per
+  // row after the fold, then x * rstd * w per element. Only rstd (saved) and y are written.
   EXPECT_EQ(dump(plan),
-            "group 0 fused [4, 16, 64]: ops 0 1 2, in %0, out %4, reduce 2\n"
-            "group 1 fused [4, 16, 1]: ops 3 4, in %4, out %6\n"
-            "group 2 fused [4, 16, 64]: ops 0 5 6 7, in %0 %6 %1, out %9\n");
+            "group 0 fused [4, 16, 64]: ops 0 1 2 3 4 5 6 7, in %0 %1, out %6 %9, reduce 2, rows 3 4\n");
   const auto layout = reduce_layout(m.r, m.r.op(2));
   ASSERT_TRUE(layout.has_value());
   EXPECT_EQ(layout->a, 1);
   EXPECT_EQ(layout->o, 64);
   EXPECT_EQ(layout->b, 64);
   EXPECT_EQ(layout->i, 1);
+}
+
+TEST(FusionPlan, AMeanOfLongRowsTooFewToFillTheGpuClosesItsGroup) {
+  // 2048 elements in each of 4 rows: the eager kernel may split a row over several blocks, so
+  // nothing can run after the fold (Note [One-pass rows]). x*x is never written, nor the float32
+  // copy of x: the normalization after the statistics converts x again (Note [Recomputed values]).
+  RmsNorm m({2, 2, 2048});
+  EXPECT_EQ(dump(plan_groups(m.r)),
+            "group 0 fused [2, 2, 2048]: ops 0 1 2, in %0, out %4, reduce 2\n"
+            "group 1 fused [2, 2, 1]: ops 3 4, in %4, out %6\n"
+            "group 2 fused [2, 2, 2048]: ops 0 5 6 7, in %0 %6 %1, out %9\n");
 }
 
 TEST(FusionPlan, ReductionsOfInputsOrOfPerChannelStatisticsRunAsTheEagerKernel) {
@@ -256,19 +265,20 @@ TEST(FusionPlan, AColumnSumOfAWeightsGradientIsFused) {
 }
 
 TEST(FusionPlan, AValueEveryLaterReaderCanComputeIsComputedAgainNotWritten) {
-  // RMSNorm's backward, shortened: g * w feeds the statistic's sum and, after it, dx.
+  // A norm's backward, shortened: g * w feeds the statistic's sum and, after it, dx. Summed over
+  // dim 1 (columns), so the sum's kernel cannot compute dx after it (Note [One-pass rows]).
   Region r;
   const int g = r.input(kFloat32, {4, 8, 32});
   const int w = r.input(kFloat32, {32});
   const int x = r.input(kFloat32, {4, 8, 32});
   const int gw = r.binary(BinaryOp::Mul, g, w);
-  const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {2}, /*keepdim=*/true, /*mean=*/false);
+  const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {1}, /*keepdim=*/true, /*mean=*/false);
   const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
   const int dx = r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds));
   r.mark_live_out(dx);
   EXPECT_EQ(dump(plan_groups(r)),
             "group 0 fused [4, 8, 32]: ops 0 1 2, in %0 %1 %2, out %5, reduce 2\n"
-            "group 1 eager [4, 8, 1]: ops 3, in %5, out %6\n"
+            "group 1 eager [4, 1, 32]: ops 3, in %5, out %6\n"
             "group 2 fused [4, 8, 32]: ops 0 4 5, in %0 %1 %2 %6, out %8\n");
 
   // Saved for the backward (live out), it is written once and read.
@@ -282,7 +292,8 @@ TEST(FusionPlan, AValueAReaderCannotComputeStaysWritten) {
   Region r;
   const int x = r.input(kFloat32, {16});
   const int a = r.unary(UnaryOp::Exp, x);
-  const int s = r.reduce(r.unary(UnaryOp::Neg, a), {0}, /*keepdim=*/true, /*mean=*/false);
+  // Without keepdim: no one-pass rows (Note [One-pass rows]), so y is another group's.
+  const int s = r.reduce(r.unary(UnaryOp::Neg, a), {0}, /*keepdim=*/false, /*mean=*/false);
   const int y = r.binary(BinaryOp::Mul, a, s);  // could compute a again
   const int as_int = r.cast(a, kInt64);         // cannot: an eager op reads a
   r.mark_live_out(y);
@@ -299,7 +310,7 @@ TEST(FusionPlan, LongChainsAreReadNotRecomputedAndCopiesStayOnlyWhereRead) {
   const int b = r.unary(UnaryOp::Neg, a);
   const int c = r.unary(UnaryOp::Tanh, b);
   const int w = r.unary(UnaryOp::Sigmoid, c);
-  const int s = r.reduce(r.unary(UnaryOp::MulScalar, w, {.a = 2}), {0}, /*keepdim=*/true, /*mean=*/false);
+  const int s = r.reduce(r.unary(UnaryOp::MulScalar, w, {.a = 2}), {0}, /*keepdim=*/false, /*mean=*/false);
   r.mark_live_out(r.binary(BinaryOp::Add, w, s));
   const Plan plan = plan_groups(r);
   EXPECT_EQ(plan.groups.at(0).outputs, list({w, s})) << dump(plan);
@@ -310,7 +321,7 @@ TEST(FusionPlan, LongChainsAreReadNotRecomputedAndCopiesStayOnlyWhereRead) {
   const int qx = q.input(kFloat32, {16});
   const int qa = q.unary(UnaryOp::Exp, qx);
   const int qb = q.unary(UnaryOp::Neg, qa);
-  const int qs = q.reduce(q.unary(UnaryOp::Tanh, qb), {0}, /*keepdim=*/true, /*mean=*/false);
+  const int qs = q.reduce(q.unary(UnaryOp::Tanh, qb), {0}, /*keepdim=*/false, /*mean=*/false);
   const int as_int = q.cast(qb, kInt64);
   const int qc = q.unary(UnaryOp::Sin, qb);
   q.mark_live_out(as_int);
@@ -375,13 +386,24 @@ TEST(FusionCodegen, MasksCastsAndNonFiniteScalarsMatchTheirGoldenFile) {
 }
 
 TEST(FusionCodegen, ARowReductionMatchesItsGoldenFile) {
+  RmsNorm m({2, 2, 2048});
+  const Plan plan = plan_groups(m.r);
+  const KernelSource k = generate_kernel(m.r, plan.groups.at(0));
+  EXPECT_EQ(k.kind, KernelKind::ReduceRows);
+  EXPECT_FALSE(k.one_pass);
+  EXPECT_EQ(k.operands, list({m.ms, m.x}));
+  EXPECT_EQ(k.vector, 4);  // float32 squares: four per 16 bytes, as the eager kernel loads them
+  expect_golden("rms_mean_rows_bf16.cu", k.source);
+}
+
+TEST(FusionCodegen, ANormInOnePassMatchesItsGoldenFile) {
   RmsNorm m;
   const Plan plan = plan_groups(m.r);
   const KernelSource k = generate_kernel(m.r, plan.groups.at(0));
   EXPECT_EQ(k.kind, KernelKind::ReduceRows);
-  EXPECT_EQ(k.operands, list({m.ms, m.x}));
-  EXPECT_EQ(k.vector, 4);  // float32 squares: four per 16 bytes, as the eager kernel loads them
-  expect_golden("rms_mean_rows_bf16.cu", k.source);
+  EXPECT_TRUE(k.one_pass);
+  EXPECT_EQ(k.operands, list({m.rstd, m.y, m.x, m.w}));
+  expect_golden("rms_one_pass_bf16.cu", k.source);
 }
 
 TEST(FusionCodegen, AColumnReductionWithABroadcastOperandMatchesItsGoldenFile) {

@@ -92,6 +92,8 @@ void launch_reduction(const LoadedKernel& kernel, const ops::fusion::KernelSourc
   const reduction::LaunchShape shape =
       reduction::plan_launch(source.a, source.o, source.b, source.i, sm_count(kernel.device), source.vector);
   reduction::Geometry g = shape.g;
+  NABLA_ASSERT(!source.one_pass || (shape.rows && g.splits == 1 && g.a == 1),
+               "fused kernel {}: a one-pass row reduction planned with {} splits", source.name, g.splits);
   Tensor partial_buffer;  // freed after the launches; the caching allocator orders reuse on the stream
   void* partial = nullptr;
   if (g.splits > 1) {

@@ -95,6 +95,23 @@ __device__ __forceinline__ Acc shfl_down(Acc v, unsigned offset) {
   return v;
 }
 
+// Lane `src` of each segment of `width` lanes (a power of two <= 32) to every lane of it.
+__device__ __forceinline__ float shfl_idx(float v, int src, int width) {
+  return __shfl_sync(0xffffffffu, v, src, width);
+}
+__device__ __forceinline__ double shfl_idx(double v, int src, int width) {
+  return __shfl_sync(0xffffffffu, v, src, width);
+}
+template <typename Acc>
+__device__ __forceinline__ Acc shfl_idx(Acc v, int src, int width) {
+  static_assert(sizeof(Acc) % sizeof(int) == 0, "accumulator structs shuffle as whole ints");
+  int* words = reinterpret_cast<int*>(&v);
+#pragma unroll
+  for (unsigned w = 0; w < sizeof(Acc) / sizeof(int); ++w)
+    words[w] = __shfl_sync(0xffffffffu, words[w], src, width);
+  return v;
+}
+
 // Folds each group of `width` lanes (a power of two <= 32, groups aligned in the warp) into the
 // group's first lane. Every lane of the warp must call it.
 template <typename Op>
@@ -216,6 +233,38 @@ __device__ __forceinline__ void reduce_rows(const Op& op, const Source& src, con
     if (warp == 0) acc = warp_reduce(op, lane < blockDim.x / 32 ? per_warp[lane] : op.init(), 32);
   }
   if (threadIdx.x == 0 && active) finish(op, partial, g, k, acc);
+}
+
+// Note [One-pass rows] (ops/fusion/plan.cpp): reduce_rows of contiguous rows (A == 1) in one
+// split, after which every lane of row k holds the row's result and calls then(k, acc, lane,
+// lanes) to walk the row again. The fold and the combines are reduce_rows', so the result's bits
+// are too. Launched as reduce_rows is, with gridDim.y == 1.
+template <typename Op, typename Source, typename Then>
+__device__ __forceinline__ void reduce_rows_then(const Op& op, const Source& src, const Geometry& g,
+                                                 const Then& then) {
+  using Acc = typename Op::Acc;
+  const int64_t k = int64_t{blockIdx.x} * blockDim.y + threadIdx.y;
+  const bool active = k < g.outputs;
+  Acc acc = op.init();
+  if (active) acc = fold_contiguous(op, src, k * g.b, 0, g.reduce, threadIdx.x, blockDim.x);
+  acc = warp_reduce(op, acc, blockDim.x < 32 ? blockDim.x : 32u);
+  if (blockDim.x > 32) {
+    __shared__ alignas(16) unsigned char raw[32 * sizeof(Acc)];
+    __shared__ alignas(16) unsigned char whole[sizeof(Acc)];
+    Acc* per_warp = reinterpret_cast<Acc*>(raw);
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) per_warp[warp] = acc;
+    __syncthreads();
+    if (warp == 0) acc = warp_reduce(op, lane < blockDim.x / 32 ? per_warp[lane] : op.init(), 32);
+    if (threadIdx.x == 0) *reinterpret_cast<Acc*>(whole) = acc;
+    __syncthreads();
+    acc = *reinterpret_cast<const Acc*>(whole);
+  } else {
+    acc = shfl_idx(acc, 0, static_cast<int>(blockDim.x));
+  }
+  if (!active) return;
+  if (threadIdx.x == 0) op.write(k, acc);
+  then(k, acc, threadIdx.x, blockDim.x);
 }
 
 // blockDim (bx, by): bx consecutive inner positions (coalesced loads), by lanes (a power of two)

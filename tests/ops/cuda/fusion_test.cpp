@@ -60,6 +60,7 @@ TEST(FusionNvrtc, ASourceThatDoesNotCompileGivesNvrtcsLog) {
 struct Case {
   const char* name;
   std::function<void(Region&, std::vector<Tensor>& inputs, uint64_t seed)> build;
+  int kernels = 0;  // the generated kernels the region takes, where a case checks it
 };
 
 int input_of(Region& r, std::vector<Tensor>& inputs, Tensor t) {
@@ -166,9 +167,10 @@ TEST(FusionCuda, FusedGroupsWriteTheEagerKernelsBits) {
   }
 }
 
-// Regions ending in reductions (Note [Fused reductions]): every kind of launch the eager kernel
-// makes (warp rows, block rows split over blocks, rows with two reduced runs, columns with and
-// without splits), 16-bit inputs whose rows start off a 16-byte boundary, a broadcast operand.
+// Regions with reductions (Note [Fused reductions]): every kind of launch the eager kernel makes
+// (warp rows, block rows split over blocks, rows with two reduced runs, columns with and without
+// splits), 16-bit inputs whose rows start off a 16-byte boundary, a broadcast operand, and row
+// reductions with ops after the fold (Note [One-pass rows]) for warps, sub-warps and blocks.
 std::vector<Case> reduction_cases() {
   return {
       {"rms_statistic_bf16",
@@ -180,7 +182,8 @@ std::vector<Case> reduction_cases() {
          const int rstd = r.unary(UnaryOp::Rsqrt, r.unary(UnaryOp::AddScalar, ms, {.a = 1e-6}));
          r.mark_live_out(rstd);
          r.mark_live_out(r.binary(BinaryOp::Mul, r.cast(r.binary(BinaryOp::Mul, xf, rstd), kBFloat16), w));
-       }},
+       },
+       1},  // Note [One-pass rows]: the statistic, rstd and the normalized rows in one kernel
       {"long_rows_split_f32",
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int x = input_of(r, in, random_cuda({4, 100003}, kFloat32, seed));
@@ -216,7 +219,27 @@ std::vector<Case> reduction_cases() {
          const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {1}, true, false);
          const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
          r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
-       }},
+       },
+       1},
+      {"one_pass_block_rows_f32",  // a block per row of 1102 (not a multiple of 4), one split
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({4096, 1102}, kFloat32, seed));
+         const int m = r.reduce(r.unary(UnaryOp::MulScalar, x, {.a = 0.5}), {1}, true, true);
+         const int twice = r.unary(UnaryOp::MulScalar, m, {.a = 2});
+         r.mark_live_out(m);
+         r.mark_live_out(r.unary(UnaryOp::Exp, r.binary(BinaryOp::Sub, x, twice)));
+       },
+       1},
+      {"one_pass_sub_warp_rows_f16",  // 10 elements a row: two lanes each, a row output
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({300, 10}, kFloat16, seed));
+         const int b = input_of(r, in, random_cuda({300, 1}, kFloat16, seed + 1));
+         const int s = r.reduce(r.unary(UnaryOp::Tanh, x), {1}, true, false);
+         const int scaled = r.unary(UnaryOp::Reciprocal, r.unary(UnaryOp::AddScalar, s, {.a = 20}));
+         r.mark_live_out(scaled);
+         r.mark_live_out(r.binary(BinaryOp::Mul, r.binary(BinaryOp::Add, x, b), scaled));
+       },
+       1},
       {"two_reduced_runs_f64",
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int x = input_of(r, in, random_cuda({6, 7, 50}, kFloat64, seed));
@@ -244,6 +267,9 @@ TEST(FusionCuda, FusedReductionsWriteTheEagerKernelsBits) {
     const auto fused_counts = ops::cuda::fusion::run_region(region, fused, b, Device::cuda());
     EXPECT_EQ(fused_counts.fallbacks, 0);
     EXPECT_EQ(fused_counts.fused_reductions, 1) << dump(fused);
+    if (c.kernels > 0) {
+      EXPECT_EQ(fused_counts.fused_kernels, c.kernels) << dump(fused);
+    }
     EXPECT_EQ(eager_counts.fused_kernels, 0);
     for (size_t v = 0; v < a.size(); ++v) {
       if (region.values()[v].live_out) {
