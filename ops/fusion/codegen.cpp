@@ -88,6 +88,12 @@ class Writer {
   void four_wide(int indent, const std::vector<int>& operands, size_t n_out, const std::vector<bool>& wide,
                  const std::vector<std::string>& at, const std::vector<std::string>& compute,
                  const std::vector<bool>& use, const std::string& per_element);
+  // Which operands in `use` a four-wide body takes four at a time (`wide`), and whether all allow
+  // it (Note [Vectorized fused kernels]): with coordinates, the innermost dim a multiple of 4 and
+  // each operand contiguous along it (its other strides multiples of 4) or, for an input,
+  // broadcast; without, the operands at the index (index_). Every output in `use` must be wide.
+  bool wide_operands(const std::vector<std::string>& offsets, const std::vector<bool>& use, size_t n_out,
+                     bool coordinates, std::vector<bool>& wide) const;
   // The ops of `candidates` (program order) that computing `roots` needs, in program order.
   std::vector<int> needed_ops(const std::vector<int>& candidates, const std::vector<int>& roots) const;
   // Whether one of `ops` reads value v.
@@ -130,7 +136,7 @@ std::string Writer::aligned_check(const std::vector<int>& operands, const std::v
     const size_t bytes = std::min<size_t>(16, 4 * itemsize(region_.value(operands[k]).dtype));
     aligned += fmt::format("{}aligned(p.p[{}], {})", aligned.empty() ? "" : " && ", k, bytes);
   }
-  return aligned;
+  return aligned.empty() ? "true" : aligned;
 }
 
 void Writer::four_wide(int indent, const std::vector<int>& operands, size_t n_out,
@@ -175,6 +181,26 @@ bool needs_coordinates(const std::vector<std::string>& offsets, const std::vecto
     if (use[k] && !offsets[k].empty() && offsets[k] != "e" && offsets[k] != "0") return true;
   }
   return false;
+}
+
+bool Writer::wide_operands(const std::vector<std::string>& offsets, const std::vector<bool>& use,
+                           size_t n_out, bool coordinates, std::vector<bool>& wide) const {
+  wide.assign(offsets.size(), false);
+  const size_t inner = dims_.sizes.size() - 1;
+  bool ok = !coordinates || dims_.sizes[inner] % 4 == 0;
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    if (!use[k]) continue;
+    if (!coordinates) {
+      wide[k] = offsets[k] == index_;
+    } else {
+      const auto& strides = dims_.strides[k + shift_];
+      wide[k] = strides[inner] == 1;
+      for (size_t d = 0; d < inner && wide[k]; ++d) ok = ok && (dims_.sizes[d] == 1 || strides[d] % 4 == 0);
+      ok = ok && (wide[k] || strides[inner] == 0);
+    }
+    ok = ok && (k >= n_out || wide[k]);
+  }
+  return ok;
 }
 
 std::vector<int> Writer::needed_ops(const std::vector<int>& candidates, const std::vector<int>& roots) const {
@@ -365,26 +391,9 @@ KernelSource Writer::write() {
   // device (else the scalar loop runs). Where every operand is dense, the last numel % 4
   // elements take the scalar loop; with coordinates, the innermost dim is a multiple of 4.
   const int64_t vector_numel = kernel.numel - kernel.numel % 4;
-  std::vector<bool> wide(kernel.operands.size(), false);  // loaded or stored four at a time
-  bool vectorize = vector_numel > 0;
-  if (coordinates) {
-    const size_t inner = dims_.sizes.size() - 1;
-    vectorize = vectorize && dims_.sizes[inner] % 4 == 0;
-    for (size_t k = 0; k < kernel.operands.size(); ++k) {
-      const auto& strides = dims_.strides[k + shift_];
-      if (strides[inner] == 1) {
-        wide[k] = true;
-        for (size_t d = 0; d < inner; ++d)
-          vectorize = vectorize && (dims_.sizes[d] == 1 || strides[d] % 4 == 0);
-      } else {
-        vectorize = vectorize && strides[inner] == 0 && k >= n_out;
-      }
-    }
-  } else {
-    for (size_t k = 0; k < kernel.operands.size(); ++k) wide[k] = offsets[k] == "i";
-    // An output at one element (an expand's copy, every dim broadcast) takes no four-wide store.
-    for (size_t k = 0; k < n_out; ++k) vectorize = vectorize && wide[k];
-  }
+  std::vector<bool> wide;  // loaded or stored four at a time
+  const bool vectorize = vector_numel > 0 && wide_operands(offsets, std::vector<bool>(offsets.size(), true),
+                                                           n_out, coordinates, wide);
   if (vectorize) {
     kernel.per_thread = 4;
     // The offsets of the first of each thread's four elements, at index b.
@@ -541,24 +550,20 @@ KernelSource Writer::write_reduction() {
   // multiple of kVector); operands at offset e are then read and written four at a time, as the
   // eager fold reads its input, when their pointers are aligned for it (checked here, else one
   // element at a time). The values and their order are those of the scalar path.
-  // Every output the source stores is stored four at a time: each must be at offset e.
-  std::vector<bool> wide(kernel.operands.size(), false);
-  bool outputs_at_e = true;
-  for (size_t k = 0; k < kernel.operands.size(); ++k) {
-    wide[k] = source_use[k] && offsets[k] == "e";
-    if (k < n_out) outputs_at_e = outputs_at_e && (!source_use[k] || wide[k]);
-  }
-  const std::string aligned =
-      !coordinates && V % 4 == 0 && outputs_at_e ? aligned_check(kernel.operands, wide) : "";
-  if (!aligned.empty()) {
-    line(4, fmt::format("if ({}) {{", aligned));
+  // With coordinates, each four are computed from their first element's (the innermost dim is a
+  // multiple of 4, so the four share the other coordinates).
+  std::vector<bool> wide;
+  if (V % 4 == 0 && wide_operands(offsets, source_use, n_out, coordinates, wide)) {
+    line(4, fmt::format("if ({}) {{", aligned_check(kernel.operands, wide)));
     for (int c4 = 0; c4 < V; c4 += 4) {
-      const std::string at_e = c4 == 0 ? "e" : fmt::format("e + {}", c4);
-      std::vector<std::string> at = offsets;
-      for (size_t k = 0; k < at.size(); ++k) {
-        if (wide[k]) at[k] = at_e;
-      }
       line(6, "{");
+      line(8, fmt::format("const {0} e4 = static_cast<{0}>(e + {1});", index_type_, c4));
+      index_ = "e4";
+      if (coordinates) coordinate_lines(8, suffix);
+      std::vector<std::string> at;
+      for (size_t k = 0; k < kernel.operands.size(); ++k)
+        at.push_back(offsets[k].empty() ? "" : offset_of(k));
+      index_ = "e";
       four_wide(8, kernel.operands, n_out, wide, at, compute, source_use,
                 fmt::format("v[{}j] = v{};", c4 == 0 ? "" : fmt::format("{} + ", c4), input));
       line(6, "}");
@@ -668,7 +673,6 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   walk = needed_ops(walk, roots);
   for (size_t k = n_out; k < kernel.operands.size(); ++k) use[k] = reads(walk, kernel.operands[k]);
   const std::vector<std::string> compute = compute_lines(walk);
-  const bool coordinates = needs_coordinates(offsets, use);
 
   line(0, "struct Then {");
   line(2, fmt::format("Pointers<{}> p;", kernel.operands.size()));
@@ -679,6 +683,15 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   if (out.dtype == kFloat16 || out.dtype == kBFloat16)
     r += fmt::format("  v{0} = rnd_{1}(v{0});", result, type_suffix(out.dtype));
   line(4, r);
+  // Values from before the group that row ops read are laid out as the result: one per row, at k.
+  std::vector<bool> per_row(kernel.operands.size(), false);
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) {
+    per_row[k] = reads(group_.row_ops, kernel.operands[k]);
+    if (!per_row[k]) continue;
+    const Value& v = region_.value(kernel.operands[k]);
+    line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], k);", compute_type_name(v.dtype), kernel.operands[k],
+                        type_suffix(v.dtype), k));
+  }
   for (const std::string& s : compute_lines(group_.row_ops)) line(4, s);
   std::string stores;
   for (size_t k = 0; k < n_out; ++k) {
@@ -687,6 +700,8 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
                           kernel.operands[k]);
   }
   if (!stores.empty()) line(4, fmt::format("if (lane == 0) {{{} }}", stores));
+  for (size_t k = n_out; k < kernel.operands.size(); ++k) use[k] = use[k] && !per_row[k];  // loaded above
+  const bool coordinates = needs_coordinates(offsets, use);
   if (walk.empty()) {
     line(2, "}");
     line(0, "};");
@@ -695,25 +710,9 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   }
   line(4, fmt::format("const {0} row = static_cast<{0}>(k) * {1}{2};", index_type_, kernel.b, suffix));
 
-  // Four at a time: B a multiple of 4 (so e is), and each operand along the innermost dim either
-  // with stride 1 and its other strides multiples of 4 (wide), or broadcast (an input).
-  std::vector<bool> wide(kernel.operands.size(), false);
-  bool vectorize = kernel.b % 4 == 0;
-  const size_t inner = dims_.sizes.size() - 1;
-  vectorize = vectorize && (!coordinates || dims_.sizes[inner] % 4 == 0);
-  for (size_t k = 0; k < kernel.operands.size(); ++k) {
-    if (!use[k]) continue;
-    if (!coordinates) {
-      wide[k] = offsets[k] == "e";
-    } else {
-      const auto& strides = dims_.strides[k + shift_];
-      wide[k] = strides[inner] == 1;
-      for (size_t d = 0; d < inner && wide[k]; ++d)
-        vectorize = vectorize && (dims_.sizes[d] == 1 || strides[d] % 4 == 0);
-      vectorize = vectorize && (wide[k] || strides[inner] == 0);
-    }
-    vectorize = vectorize && (k >= n_out || wide[k]);
-  }
+  // Four at a time: B a multiple of 4 (so e is), and the operands as wide_operands says.
+  std::vector<bool> wide;
+  const bool vectorize = kernel.b % 4 == 0 && wide_operands(offsets, use, n_out, coordinates, wide);
   if (vectorize) {
     line(4, fmt::format("if ({}) {{", aligned_check(kernel.operands, wide)));
     line(6, fmt::format("for ({0} col = lane * 4{1}; col < {2}{1}; col += lanes * 4{1}) {{", index_type_,

@@ -10,19 +10,22 @@ namespace {
 
 struct Building {
   Group group;
-  bool joinable = true;         // false: an op the compiler cannot fuse, alone
-  bool closed = false;          // a reduction ended it: only row ops and the epilogue join it
-  bool rows = false;            // closed by a reduction that may take row ops and an epilogue
-  std::vector<int> row_values;  // the reduction's result and the row ops' results
+  bool joinable = true;              // false: an op the compiler cannot fuse, alone
+  bool closed = false;               // a reduction ended it: only row ops and the epilogue join it
+  bool rows = false;                 // closed by a reduction that may take row ops and an epilogue
+  std::vector<int> row_values;       // the reduction's result and the row ops' results
+  std::vector<int> epilogue_values;  // the epilogue ops' results
 };
 
 // Note [One-pass rows]: a row reduction whose rows are contiguous (A == 1, I == 1) and whose
 // result keeps the reduced dims runs a warp or a block per row, and after the fold every lane of
 // the row can hold the row's result (reduce_rows_then in reduce/fold.cuh). So the ops reading
-// only that result (row ops: a norm's `+ eps` and `rsqrt`, a mean's backward scale) join the
-// kernel, computed once per row, and so do ops of the group's sizes reading the row values, the
-// group's values or values from before it (the epilogue: the norm's `x * r * w`, its backward's
-// `dx`): the lanes walk their row again, computing the group's values from its inputs again (a
+// that result (row ops: a norm's `+ eps` and `rsqrt`, a mean's backward scale, which may also
+// read values from before the group with one value per row, such as a saved `rstd`) join the
+// kernel, computed once per row, and so do ops of the group's sizes reading a row value or the
+// epilogue's (the epilogue: the norm's `x * r * w`, its backward's `dx`), with the group's values
+// and values from before it: the lanes walk their row again, computing the group's values from
+// its inputs again (a
 // row is a few kB, still in L1 or L2). The fold's order is the eager kernel's, and every formula
 // is the op's, so the bits are the eager ops'. It needs one split per row, which plan_launch
 // (reduce/geometry.cpp) chooses for rows of at most 1024 elements, or at least 4 rows per SM;
@@ -38,18 +41,29 @@ bool one_pass_rows(const Region& region, const Op& reduction) {
   return layout->b <= 1024 || layout->o >= 4 * kMaxSms;
 }
 
-// Whether `op` can join the row phase of `b`, a group closed by a one-pass row reduction: as a
-// row op (its arguments row values, its result laid out as the reduction's), or as an epilogue
-// op (the group's sizes). Sets *row for a row op.
-bool joins_rows(const Region& region, const Building& b, const Op& op, bool* row) {
-  const auto is_row = [&](int v) {
-    return std::find(b.row_values.begin(), b.row_values.end(), v) != b.row_values.end();
+// Whether `op` can join the row phase of `b` (group number g), a group closed by a one-pass row
+// reduction: as a row op (reading row values, and values from before the group laid out as the
+// reduction's result, one per row; its result laid out so too), or as an epilogue op (the group's
+// sizes, reading a row value or an epilogue value). Ops that read neither go where they would
+// without the reduction, so a later reduction of theirs can still join their group. Sets *row
+// for a row op.
+bool joins_rows(const Region& region, const Building& b, int g, const std::vector<int>& group_of,
+                const Op& op, bool* row) {
+  const auto has = [](const std::vector<int>& xs, int v) {
+    return std::find(xs.begin(), xs.end(), v) != xs.end();
   };
   const Value& out = region.value(op.result);
   const Value& result = region.value(region.op(b.group.reduce).result);
-  *row = !op.args.empty() && std::all_of(op.args.begin(), op.args.end(), is_row) &&
-         out.sizes == result.sizes && out.strides == result.strides;
-  return *row || out.sizes == b.group.sizes;
+  const auto per_row = [&](const Value& v) { return v.sizes == result.sizes && v.strides == result.strides; };
+  bool reads_row = false, row_args = per_row(out), reads_epilogue = false;
+  for (int a : op.args) {
+    const bool is_row = has(b.row_values, a);
+    reads_row = reads_row || is_row;
+    reads_epilogue = reads_epilogue || has(b.epilogue_values, a);
+    row_args = row_args && (is_row || (group_of[static_cast<size_t>(a)] != g && per_row(region.value(a))));
+  }
+  *row = reads_row && row_args;
+  return *row || (out.sizes == b.group.sizes && (reads_row || reads_epilogue));
 }
 
 // Which ops something reads: a result live out of the region, or an argument of a live op.
@@ -168,7 +182,8 @@ Plan plan_groups(const Region& region) {
       for (int g = static_cast<int>(building.size()) - 1; g >= bound; --g) {
         const Building& b = building[static_cast<size_t>(g)];
         if (!b.joinable) continue;
-        if ((!b.closed && b.group.sizes == sizes) || (b.rows && joins_rows(region, b, op, &row))) {
+        if ((!b.closed && b.group.sizes == sizes) ||
+            (b.rows && joins_rows(region, b, g, group_of, op, &row))) {
           chosen = g;
           break;
         }
@@ -190,6 +205,8 @@ Plan plan_groups(const Region& region) {
     } else if (row) {
       target.group.row_ops.push_back(static_cast<int>(o));
       target.row_values.push_back(op.result);
+    } else if (target.rows) {
+      target.epilogue_values.push_back(op.result);
     }
     group_of[static_cast<size_t>(op.result)] = chosen;
   }

@@ -219,6 +219,46 @@ TEST(FusionPlan, ANormIsOneKernelComputingTheRowsStatisticThenItsElements) {
   EXPECT_EQ(layout->i, 1);
 }
 
+TEST(FusionPlan, ANormsBackwardIsAWeightSumAndOneRowKernel) {
+  // RMSNorm's backward as autograd records it for y = (x * rstd).bf16() * w, from the saved rstd
+  // and normalized rows nb. The weight's gradient sums g * nb over rows (columns); the statistic's
+  // gradient sums dn * x over each row; after it, per row, rsqrt's and the mean's backward (which
+  // read the saved rstd), then per element the expanded copy of the mean's gradient (as
+  // Recorder::push_down_expand records it) and dx.
+  Region r;
+  const Shape sizes{4, 16, 64};
+  const int g = r.input(kBFloat16, sizes);
+  const int w = r.input(kBFloat16, {64});
+  const int x = r.input(kBFloat16, sizes);
+  const int rstd = r.input(kFloat32, {4, 16, 1});
+  const int nb = r.input(kBFloat16, sizes);
+  const int dnb = r.binary(BinaryOp::Mul, g, w);
+  const int dw = r.reduce(r.binary(BinaryOp::Mul, g, nb), {0, 1}, /*keepdim=*/true, /*mean=*/false);
+  const int dn = r.cast(dnb, kFloat32);
+  const int xf = r.cast(x, kFloat32);
+  const int dxf1 = r.binary(BinaryOp::Mul, dn, rstd);
+  const int dr = r.reduce(r.binary(BinaryOp::Mul, dn, xf), {2}, /*keepdim=*/true, /*mean=*/false);
+  const int t = r.binary(BinaryOp::Mul, r.binary(BinaryOp::Mul, dr, rstd), rstd);
+  const int dms = r.unary(UnaryOp::MulScalar, r.unary(UnaryOp::MulScalar, t, {.a = -0.5}), {.a = 1.0 / 64});
+  const Op copy{.kind = OpKind::Cast, .args = {dms}};
+  const int dsq = r.add(copy, kFloat32, sizes, {16, 1, 0});
+  const int a = r.binary(BinaryOp::Mul, dsq, xf);
+  const int dx = r.cast(r.binary(BinaryOp::Add, dxf1, r.binary(BinaryOp::Add, a, a)), kBFloat16);
+  r.mark_live_out(dw);
+  r.mark_live_out(dx);
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 2u) << dump(plan);
+  EXPECT_EQ(plan.groups[0].outputs, list({dw})) << dump(plan);
+  EXPECT_EQ(plan.groups[1].reduce, r.value(dr).producer) << dump(plan);
+  EXPECT_EQ(plan.groups[1].row_ops.size(), 4u) << dump(plan);
+  EXPECT_EQ(plan.groups[1].outputs, list({dx})) << dump(plan);
+  EXPECT_TRUE(plan.groups[0].fused && plan.groups[1].fused);
+  const KernelSource k = generate_kernel(r, plan.groups[1]);
+  EXPECT_TRUE(k.one_pass);
+  EXPECT_EQ(k.operands.front(), dx);
+  expect_golden("rms_backward_one_pass_bf16.cu", k.source);
+}
+
 TEST(FusionPlan, AMeanOfLongRowsTooFewToFillTheGpuClosesItsGroup) {
   // 2048 elements in each of 4 rows: the eager kernel may split a row over several blocks, so
   // nothing can run after the fold (Note [One-pass rows]). x*x is never written, nor the float32

@@ -60,7 +60,8 @@ TEST(FusionNvrtc, ASourceThatDoesNotCompileGivesNvrtcsLog) {
 struct Case {
   const char* name;
   std::function<void(Region&, std::vector<Tensor>& inputs, uint64_t seed)> build;
-  int kernels = 0;  // the generated kernels the region takes, where a case checks it
+  int kernels = 0;     // the generated kernels the region takes, where a case checks it
+  int reductions = 1;  // the fused reductions among them (reduction_cases)
 };
 
 int input_of(Region& r, std::vector<Tensor>& inputs, Tensor t) {
@@ -221,6 +222,27 @@ std::vector<Case> reduction_cases() {
          r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
        },
        1},
+      {"rms_backward_weight_sum_and_one_pass_rows_bf16",  // as FusionPlan.ANormsBackward... plans it
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const Shape sizes{8, 64, 256};
+         const int g = input_of(r, in, random_cuda(sizes, kBFloat16, seed));
+         const int w = input_of(r, in, random_cuda({256}, kBFloat16, seed + 1));
+         const int x = input_of(r, in, random_cuda(sizes, kBFloat16, seed + 2));
+         const int rstd = input_of(r, in, random_cuda({8, 64, 1}, kFloat32, seed + 3));
+         const int nb = input_of(r, in, random_cuda(sizes, kBFloat16, seed + 4));
+         const int dn = r.cast(r.binary(BinaryOp::Mul, g, w), kFloat32);
+         r.mark_live_out(r.reduce(r.binary(BinaryOp::Mul, g, nb), {0, 1}, true, false));
+         const int xf = r.cast(x, kFloat32);
+         const int dxf1 = r.binary(BinaryOp::Mul, dn, rstd);
+         const int dr = r.reduce(r.binary(BinaryOp::Mul, dn, xf), {2}, true, false);
+         const int t = r.binary(BinaryOp::Mul, r.binary(BinaryOp::Mul, dr, rstd), rstd);
+         const int dms =
+             r.unary(UnaryOp::MulScalar, r.unary(UnaryOp::MulScalar, t, {.a = -0.5}), {.a = 1.0 / 256});
+         const ops::fusion::Op copy{.kind = OpKind::Cast, .args = {dms}};
+         const int a = r.binary(BinaryOp::Mul, r.add(copy, kFloat32, sizes, {64, 1, 0}), xf);
+         r.mark_live_out(r.cast(r.binary(BinaryOp::Add, dxf1, r.binary(BinaryOp::Add, a, a)), kBFloat16));
+       },
+       2, 2},
       {"one_pass_block_rows_f32",  // a block per row of 1102 (not a multiple of 4), one split
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int x = input_of(r, in, random_cuda({4096, 1102}, kFloat32, seed));
@@ -266,7 +288,7 @@ TEST(FusionCuda, FusedReductionsWriteTheEagerKernelsBits) {
     const auto eager_counts = ops::cuda::fusion::run_region(region, eager, a, Device::cuda());
     const auto fused_counts = ops::cuda::fusion::run_region(region, fused, b, Device::cuda());
     EXPECT_EQ(fused_counts.fallbacks, 0);
-    EXPECT_EQ(fused_counts.fused_reductions, 1) << dump(fused);
+    EXPECT_EQ(fused_counts.fused_reductions, c.reductions) << dump(fused);
     if (c.kernels > 0) {
       EXPECT_EQ(fused_counts.fused_kernels, c.kernels) << dump(fused);
     }

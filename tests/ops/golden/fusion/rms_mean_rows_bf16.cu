@@ -22,7 +22,8 @@ struct Source {
   __device__ void load_vector(long long e, float (&v)[4]) const {
     if (aligned(p.p[1], 8)) {
       {
-        float x1[4];  ld4_bf16(p.p[1], e, x1);
+        const unsigned e4 = static_cast<unsigned>(e + 0);
+        float x1[4];  ld4_bf16(p.p[1], e4, x1);
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float v0 = x1[j];
@@ -48,9 +49,9 @@ struct Fold {
   __device__ void write(long long k, float a) const { st_f32(p.p[0], k, a / static_cast<float>(2048LL)); }
 };
 
-extern "C" __global__ void __launch_bounds__(512) nabla_fused_9495911cb69de64d(Pointers<2> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
+extern "C" __global__ void __launch_bounds__(512) nabla_fused_70a5cf8faa808e5c(Pointers<2> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
   nabla::ops::cuda::reduction::reduce_rows(Fold{p}, Source{p}, g, partial);
 }
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_9495911cb69de64d_partials(Pointers<2> p, const float* partial, long long outputs, long long splits) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_70a5cf8faa808e5c_partials(Pointers<2> p, const float* partial, long long outputs, long long splits) {
   nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);
 }

@@ -27,7 +27,8 @@ struct Source {
   __device__ void load_vector(long long e, float (&v)[4]) const {
     if (aligned(p.p[2], 8)) {
       {
-        float x2[4];  ld4_bf16(p.p[2], e, x2);
+        const unsigned e4 = static_cast<unsigned>(e + 0);
+        float x2[4];  ld4_bf16(p.p[2], e4, x2);
         #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float v0 = x2[j];
@@ -100,9 +101,9 @@ struct Then {
   }
 };
 
-extern "C" __global__ void __launch_bounds__(512) nabla_fused_66d330cb37d6ea8d(Pointers<4> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
+extern "C" __global__ void __launch_bounds__(512) nabla_fused_dc9b497adfad7ba0(Pointers<4> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
   nabla::ops::cuda::reduction::reduce_rows_then(Fold{p}, Source{p}, g, Then{p});
 }
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_66d330cb37d6ea8d_partials(Pointers<4> p, const float* partial, long long outputs, long long splits) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_dc9b497adfad7ba0_partials(Pointers<4> p, const float* partial, long long outputs, long long splits) {
   nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);
 }
