@@ -100,7 +100,8 @@ class Writer {
   bool reads(const std::vector<int>& ops, int v) const;
   // The epilogue of a one-pass row reduction (Note [One-pass rows] in plan.cpp): struct Then.
   void then_lines(const KernelSource& kernel, const std::vector<std::string>& offsets,
-                  const std::vector<int>& epilogue, const std::string& result_value);
+                  const std::vector<int>& prologue, const std::vector<int>& epilogue,
+                  const std::string& result_value);
 
   const Region& region_;
   const Group& group_;
@@ -552,8 +553,11 @@ KernelSource Writer::write_reduction() {
   // element at a time). The values and their order are those of the scalar path.
   // With coordinates, each four are computed from their first element's (the innermost dim is a
   // multiple of 4, so the four share the other coordinates).
+  // Only the rows kernel asks for vectors (fold_contiguous); the columns kernel folds element by
+  // element.
   std::vector<bool> wide;
-  if (V % 4 == 0 && wide_operands(offsets, source_use, n_out, coordinates, wide)) {
+  if (kernel.kind == KernelKind::ReduceRows && V % 4 == 0 &&
+      wide_operands(offsets, source_use, n_out, coordinates, wide)) {
     line(4, fmt::format("if ({}) {{", aligned_check(kernel.operands, wide)));
     for (int c4 = 0; c4 < V; c4 += 4) {
       line(6, "{");
@@ -596,7 +600,7 @@ KernelSource Writer::write_reduction() {
   }
   line(0, "};");
   line(0, "");
-  if (then) then_lines(kernel, offsets, epilogue, result_value);
+  if (then) then_lines(kernel, offsets, prologue, epilogue, result_value);
   const bool rows = kernel.kind == KernelKind::ReduceRows;
   line(0, fmt::format("extern \"C\" __global__ void __launch_bounds__({}) NABLA_KERNEL(Pointers<{}> p, "
                       "nabla::ops::cuda::reduction::Geometry g, {}* partial) {{",
@@ -639,7 +643,8 @@ KernelSource Writer::write_reduction() {
 // reads computed again with the same formulas, the epilogue computed and stored. Four elements
 // at a time where every operand allows it (as in Note [Vectorized fused kernels]), else one.
 void Writer::then_lines(const KernelSource& kernel, const std::vector<std::string>& offsets,
-                        const std::vector<int>& epilogue, const std::string& result_value) {
+                        const std::vector<int>& prologue, const std::vector<int>& epilogue,
+                        const std::string& result_value) {
   const Op& reduction = region_.op(group_.reduce);
   const int result = reduction.result;
   const Value& out = region_.value(result);
@@ -647,10 +652,6 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   const char* suffix = kernel.index32 ? "u" : "ll";
   const char* c = compute_type_name(region_.value(reduction.args[0]).dtype);
 
-  std::vector<int> prologue;
-  for (int o : group_.ops) {
-    if (o < group_.reduce) prologue.push_back(o);
-  }
   std::vector<bool> row_out(kernel.operands.size(), false), use(kernel.operands.size(), false);
   std::vector<int> roots;
   for (size_t k = 0; k < n_out; ++k) {

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "nabla/ops/cuda/reduce/geometry.h"
+
 namespace nabla::ops::fusion {
 
 namespace {
@@ -25,12 +27,13 @@ struct Building {
 // kernel, computed once per row, and so do ops of the group's sizes reading a row value or the
 // epilogue's (the epilogue: the norm's `x * r * w`, its backward's `dx`), with the group's values
 // and values from before it: the lanes walk their row again, computing the group's values from
-// its inputs again (a
-// row is a few kB, still in L1 or L2). The fold's order is the eager kernel's, and every formula
-// is the op's, so the bits are the eager ops'. It needs one split per row, which plan_launch
-// (reduce/geometry.cpp) chooses for rows of at most 1024 elements, or at least 4 rows per SM;
-// kMaxSms bounds the device's SMs. A reduction that reads an epilogue's value cannot join the
-// closed group, and runs as the eager kernel.
+// its inputs again (a row is a few kB, still in L1 or L2). The fold's order is the eager
+// kernel's, and every formula is the op's, so the bits are the eager ops'. It needs one split per
+// row, which rows_never_split (reduce/geometry.h) promises for plan_launch on a device of at most
+// kMaxSms SMs. An op whose value a later reduction reads (through pointwise ops of its sizes: a
+// composed LayerNorm's `x - mean` feeds its variance; a per-row loss feeds its mean) stays out of
+// the row phase, so that reduction can join the op's own group instead of running eagerly on a
+// value written to memory.
 constexpr int64_t kMaxSms = 1024;
 
 bool one_pass_rows(const Region& region, const Op& reduction) {
@@ -38,7 +41,7 @@ bool one_pass_rows(const Region& region, const Op& reduction) {
   if (!layout || layout->a != 1 || layout->i != 1 || layout->b < 2) return false;
   if (region.value(reduction.result).sizes.size() != region.value(reduction.args[0]).sizes.size())
     return false;
-  return layout->b <= 1024 || layout->o >= 4 * kMaxSms;
+  return cuda::reduction::rows_never_split(layout->b, layout->o, kMaxSms);
 }
 
 // Whether `op` can join the row phase of `b` (group number g), a group closed by a one-pass row
@@ -48,7 +51,8 @@ bool one_pass_rows(const Region& region, const Op& reduction) {
 // without the reduction, so a later reduction of theirs can still join their group. Sets *row
 // for a row op.
 bool joins_rows(const Region& region, const Building& b, int g, const std::vector<int>& group_of,
-                const Op& op, bool* row) {
+                const std::vector<bool>& feeds_reduction, const Op& op, bool* row) {
+  if (feeds_reduction[static_cast<size_t>(op.result)]) return false;
   const auto has = [](const std::vector<int>& xs, int v) {
     return std::find(xs.begin(), xs.end(), v) != xs.end();
   };
@@ -64,6 +68,21 @@ bool joins_rows(const Region& region, const Building& b, int g, const std::vecto
   }
   *row = reads_row && row_args;
   return *row || (out.sizes == b.group.sizes && (reads_row || reads_epilogue));
+}
+
+// Which values a reduction reads, directly or through fusible pointwise ops of the value's sizes.
+std::vector<bool> feeds_reduction(const Region& region) {
+  std::vector<bool> feeds(region.values().size(), false);
+  for (auto it = region.ops().rbegin(); it != region.ops().rend(); ++it) {
+    const Op& op = *it;
+    const bool reduction = op.kind == OpKind::Reduce;
+    if (!reduction && !(feeds[static_cast<size_t>(op.result)] && fusible(region, op))) continue;
+    for (int a : op.args) {
+      if (reduction || region.value(a).sizes == region.value(op.result).sizes)
+        feeds[static_cast<size_t>(a)] = true;
+    }
+  }
+  return feeds;
 }
 
 // Which ops something reads: a result live out of the region, or an argument of a live op.
@@ -154,6 +173,7 @@ void recompute_across_groups(const Region& region, std::vector<Building>& buildi
 Plan plan_groups(const Region& region) {
   const auto& ops = region.ops();
   const std::vector<bool> live = live_ops(region);
+  const std::vector<bool> feeds = feeds_reduction(region);
   std::vector<int> group_of(region.values().size(), -1);  // the group computing each value
   std::vector<Building> building;
   Plan plan;
@@ -183,7 +203,7 @@ Plan plan_groups(const Region& region) {
         const Building& b = building[static_cast<size_t>(g)];
         if (!b.joinable) continue;
         if ((!b.closed && b.group.sizes == sizes) ||
-            (b.rows && joins_rows(region, b, g, group_of, op, &row))) {
+            (b.rows && joins_rows(region, b, g, group_of, feeds, op, &row))) {
           chosen = g;
           break;
         }

@@ -260,14 +260,54 @@ TEST(FusionPlan, ANormsBackwardIsAWeightSumAndOneRowKernel) {
 }
 
 TEST(FusionPlan, AMeanOfLongRowsTooFewToFillTheGpuClosesItsGroup) {
-  // 2048 elements in each of 4 rows: the eager kernel may split a row over several blocks, so
-  // nothing can run after the fold (Note [One-pass rows]). x*x is never written, nor the float32
-  // copy of x: the normalization after the statistics converts x again (Note [Recomputed values]).
-  RmsNorm m({2, 2, 2048});
+  // 9000 elements in each of 4 rows: the eager kernel may split a row over several blocks
+  // (rows_never_split), so nothing can run after the fold (Note [One-pass rows]). x*x is never
+  // written, nor the float32 copy of x: the normalization after the statistics converts x again
+  // (Note [Recomputed values]).
+  RmsNorm m({2, 2, 9000});
   EXPECT_EQ(dump(plan_groups(m.r)),
-            "group 0 fused [2, 2, 2048]: ops 0 1 2, in %0, out %4, reduce 2\n"
+            "group 0 fused [2, 2, 9000]: ops 0 1 2, in %0, out %4, reduce 2\n"
             "group 1 fused [2, 2, 1]: ops 3 4, in %4, out %6\n"
-            "group 2 fused [2, 2, 2048]: ops 0 5 6 7, in %0 %6 %1, out %9\n");
+            "group 2 fused [2, 2, 9000]: ops 0 5 6 7, in %0 %6 %1, out %9\n");
+  EXPECT_EQ(dump(plan_groups(RmsNorm({2, 2, 8192}).r)).find("group 1"), std::string::npos)
+      << "rows of 8192 never split: one pass";
+}
+
+TEST(FusionPlan, AComposedLayerNormKeepsItsVarianceFused) {
+  // mean, then the variance of x - mean, then the normalization: x - mean feeds the second
+  // reduction, so it stays out of the first one's row phase and both reductions are fused; the
+  // second group takes the normalization as its epilogue.
+  Region r;
+  const int x = r.input(kBFloat16, {8, 64});
+  const int xf = r.cast(x, kFloat32);
+  const int m = r.reduce(xf, {1}, /*keepdim=*/true, /*mean=*/true);
+  const int xc = r.binary(BinaryOp::Sub, xf, m);
+  const int v = r.reduce(r.binary(BinaryOp::Mul, xc, xc), {1}, /*keepdim=*/true, /*mean=*/true);
+  const int rstd = r.unary(UnaryOp::Rsqrt, r.unary(UnaryOp::AddScalar, v, {.a = 1e-5}));
+  r.mark_live_out(r.cast(r.binary(BinaryOp::Mul, xc, rstd), kBFloat16));
+  const Plan plan = plan_groups(r);
+  ASSERT_EQ(plan.groups.size(), 2u) << dump(plan);
+  EXPECT_TRUE(plan.groups[0].fused && plan.groups[1].fused) << dump(plan);
+  EXPECT_EQ(plan.groups[0].reduce, r.value(m).producer) << dump(plan);
+  EXPECT_EQ(plan.groups[1].reduce, r.value(v).producer) << dump(plan);
+  EXPECT_EQ(plan.groups[1].row_ops.size(), 2u) << dump(plan);
+}
+
+TEST(FusionPlan, AWeightSumRecordedAfterARowPhaseKeepsItsOwnGroup) {
+  // g * n reads neither a row value nor the epilogue: it does not join the row phase, so its
+  // column sum joins its group and is fused.
+  Region r;
+  const int x = r.input(kFloat32, {16, 32});
+  const int g = r.input(kFloat32, {16, 32});
+  const int n = r.input(kFloat32, {16, 32});
+  const int s = r.reduce(r.unary(UnaryOp::Exp, x), {1}, /*keepdim=*/true, /*mean=*/false);
+  const int y = r.binary(BinaryOp::Mul, x, s);
+  const int dw = r.reduce(r.binary(BinaryOp::Mul, g, n), {0}, /*keepdim=*/true, /*mean=*/false);
+  r.mark_live_out(y);
+  r.mark_live_out(dw);
+  EXPECT_EQ(dump(plan_groups(r)),
+            "group 0 fused [16, 32]: ops 0 1 2, in %0, out %5, reduce 1\n"
+            "group 1 fused [16, 32]: ops 3 4, in %1 %2, out %7, reduce 4\n");
 }
 
 TEST(FusionPlan, ReductionsOfInputsOrOfPerChannelStatisticsRunAsTheEagerKernel) {
@@ -426,7 +466,7 @@ TEST(FusionCodegen, MasksCastsAndNonFiniteScalarsMatchTheirGoldenFile) {
 }
 
 TEST(FusionCodegen, ARowReductionMatchesItsGoldenFile) {
-  RmsNorm m({2, 2, 2048});
+  RmsNorm m({2, 2, 9000});
   const Plan plan = plan_groups(m.r);
   const KernelSource k = generate_kernel(m.r, plan.groups.at(0));
   EXPECT_EQ(k.kind, KernelKind::ReduceRows);

@@ -37,6 +37,9 @@ LaunchShape plan_launch(int64_t a, int64_t o, int64_t b, int64_t i, int64_t sms,
       g.splits = std::clamp<int64_t>(std::min(want, ceil_div(g.reduce, s.block_y * 16)), 1, 65535);
     }
   }
+  NABLA_ASSERT(!(s.rows && a == 1 && g.splits > 1 && rows_never_split(g.reduce, g.outputs, sms)),
+               "reduction launch: rows of {} split in {} although rows_never_split says they do not",
+               g.reduce, g.splits);
   g.chunk = ceil_div(g.reduce, g.splits);
   g.splits = ceil_div(g.reduce, g.chunk);
   NABLA_ASSERT(blocks < (int64_t{1} << 31), "reduction grid of {} blocks", blocks);

@@ -29,6 +29,15 @@ struct LaunchShape {
 };
 LaunchShape plan_launch(int64_t a, int64_t o, int64_t b, int64_t i, int64_t sms, int vector);
 
+// Whether plan_launch runs every one of `rows` contiguous rows (A == 1, I == 1) of b elements in
+// one split on any device of at most max_sms SMs: a warp path for rows of at most 1024 elements,
+// a block path of 256 or 512 lanes whose split takes 16 elements a lane (at most 4096 or 8192
+// elements: one split), or at least 4 rows per SM. The step compiler's one-pass rows rely on it
+// (Note [One-pass rows] in ops/fusion/plan.cpp); keep it in step with plan_launch.
+inline bool rows_never_split(int64_t b, int64_t rows, int64_t max_sms) {
+  return b <= 8192 || rows >= 4 * max_sms;
+}
+
 inline int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }

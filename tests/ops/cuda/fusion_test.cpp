@@ -211,7 +211,7 @@ std::vector<Case> reduction_cases() {
          const int x = input_of(r, in, random_cuda({4, 3, 5, 200}, kFloat32, seed));
          r.mark_live_out(r.reduce(r.unary(UnaryOp::MulScalar, x, {.a = 2}), {1}, true, false));
        }},
-      {"rms_backward_recomputes_g_times_w_f32",  // Note [Recomputed values]
+      {"rms_backward_in_one_pass_f32",
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
          const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
@@ -220,6 +220,26 @@ std::vector<Case> reduction_cases() {
          const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {1}, true, false);
          const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
          r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
+       },
+       1},
+      {"column_sum_then_recomputes_g_times_w_f32",  // Note [Recomputed values]
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
+         const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
+         const int x = input_of(r, in, random_cuda({64, 512}, kFloat32, seed + 2));
+         const int gw = r.binary(BinaryOp::Mul, g, w);
+         const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {0}, true, false);
+         const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
+         r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
+       },
+       2},  // the sum with g * w; after the eager scale, dx computing g * w again
+      {"one_pass_block_rows_four_wide_f32",  // a block per row of 2048, the walk four at a time
+       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+         const int x = input_of(r, in, random_cuda({4096, 2048}, kFloat32, seed));
+         const int w = input_of(r, in, random_cuda({2048}, kFloat32, seed + 1));
+         const int ms = r.reduce(r.binary(BinaryOp::Mul, x, x), {1}, true, true);
+         const int rstd = r.unary(UnaryOp::Rsqrt, r.unary(UnaryOp::AddScalar, ms, {.a = 1e-6}));
+         r.mark_live_out(r.binary(BinaryOp::Mul, r.binary(BinaryOp::Mul, x, rstd), w));
        },
        1},
       {"rms_backward_weight_sum_and_one_pass_rows_bf16",  // as FusionPlan.ANormsBackward... plans it
@@ -259,7 +279,7 @@ std::vector<Case> reduction_cases() {
          const int s = r.reduce(r.unary(UnaryOp::Tanh, x), {1}, true, false);
          const int scaled = r.unary(UnaryOp::Reciprocal, r.unary(UnaryOp::AddScalar, s, {.a = 20}));
          r.mark_live_out(scaled);
-         r.mark_live_out(r.binary(BinaryOp::Mul, r.binary(BinaryOp::Add, x, b), scaled));
+         r.mark_live_out(r.binary(BinaryOp::Add, r.binary(BinaryOp::Mul, x, scaled), b));
        },
        1},
       {"two_reduced_runs_f64",

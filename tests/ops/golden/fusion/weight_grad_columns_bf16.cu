@@ -26,51 +26,6 @@ struct Source {
     return v4;
   }
   __device__ void load_vector(long long e, float (&v)[8]) const {
-    if (aligned(p.p[0], 8) && aligned(p.p[2], 8) && aligned(p.p[3], 8) && aligned(p.p[4], 8)) {
-      {
-        const unsigned e4 = static_cast<unsigned>(e + 0);
-        unsigned r = e4;
-        const unsigned c1 = r % 32u;  r /= 32u;
-        const unsigned c0 = r;
-        float x2[4];  ld4_bf16(p.p[2], e4, x2);
-        float x3[4];  ld4_bf16(p.p[3], c1, x3);
-        float x4[4];  ld4_bf16(p.p[4], e4, x4);
-        float y0[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float v0 = x2[j];
-          const float v1 = x3[j];
-          const float v2 = x4[j];
-          float v3 = binary<BinaryOp(2) /* mul */>(v0, v1, static_cast<float>(0x1p+0));  v3 = rnd_bf16(v3);
-          float v4 = binary<BinaryOp(2) /* mul */>(v3, v2, static_cast<float>(0x1p+0));  v4 = rnd_bf16(v4);
-          y0[j] = v3;
-          v[j] = v4;
-        }
-        st4_bf16(p.p[0], e4, y0);
-      }
-      {
-        const unsigned e4 = static_cast<unsigned>(e + 4);
-        unsigned r = e4;
-        const unsigned c1 = r % 32u;  r /= 32u;
-        const unsigned c0 = r;
-        float x2[4];  ld4_bf16(p.p[2], e4, x2);
-        float x3[4];  ld4_bf16(p.p[3], c1, x3);
-        float x4[4];  ld4_bf16(p.p[4], e4, x4);
-        float y0[4];
-        #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float v0 = x2[j];
-          const float v1 = x3[j];
-          const float v2 = x4[j];
-          float v3 = binary<BinaryOp(2) /* mul */>(v0, v1, static_cast<float>(0x1p+0));  v3 = rnd_bf16(v3);
-          float v4 = binary<BinaryOp(2) /* mul */>(v3, v2, static_cast<float>(0x1p+0));  v4 = rnd_bf16(v4);
-          y0[j] = v3;
-          v[4 + j] = v4;
-        }
-        st4_bf16(p.p[0], e4, y0);
-      }
-      return;
-    }
     #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = (*this)(e + j);
   }
@@ -86,9 +41,9 @@ struct Fold {
   __device__ void write(long long k, float a) const { st_bf16(p.p[1], k, a / static_cast<float>(1LL)); }
 };
 
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_f141ef2708770cb3(Pointers<5> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_a9dce30cfe4705be(Pointers<5> p, nabla::ops::cuda::reduction::Geometry g, float* partial) {
   nabla::ops::cuda::reduction::reduce_columns(Fold{p}, Source{p}, g, partial);
 }
-extern "C" __global__ void __launch_bounds__(256) nabla_fused_f141ef2708770cb3_partials(Pointers<5> p, const float* partial, long long outputs, long long splits) {
+extern "C" __global__ void __launch_bounds__(256) nabla_fused_a9dce30cfe4705be_partials(Pointers<5> p, const float* partial, long long outputs, long long splits) {
   nabla::ops::cuda::reduction::reduce_partials(Fold{p}, partial, outputs, splits);
 }
