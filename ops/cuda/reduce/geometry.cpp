@@ -24,17 +24,17 @@ LaunchShape plan_launch(int64_t a, int64_t o, int64_t b, int64_t i, int64_t sms,
       s.block_x = g.reduce >= 4096 ? 512 : 256;  // a block per long row
       s.block_y = 1;
       const int64_t want = ceil_div(sms * 4, g.outputs);  // about 4 blocks per SM
-      g.splits = std::clamp<int64_t>(std::min(want, ceil_div(g.reduce, s.block_x * 16)), 1, 65535);
+      g.splits = std::clamp<int64_t>(std::min(want, ceil_div(g.reduce, int64_t{s.block_x} * 16)), 1, 65535);
     }
     blocks = ceil_div(g.outputs, s.block_y);
   } else {
     s.block_x = pow2_at_least(i, 32);
     s.block_y = std::max(pow2_at_least(g.reduce, 256 / s.block_x), 32 / s.block_x);
     blocks = o * ceil_div(i, s.block_x);
-    const int64_t target = sms * 2048 / (s.block_x * s.block_y);  // enough blocks to fill every SM
+    const int64_t target = sms * 2048 / (int64_t{s.block_x} * s.block_y);  // enough blocks to fill every SM
     if (blocks < target) {
       const int64_t want = ceil_div(target, blocks);
-      g.splits = std::clamp<int64_t>(std::min(want, ceil_div(g.reduce, s.block_y * 16)), 1, 65535);
+      g.splits = std::clamp<int64_t>(std::min(want, ceil_div(g.reduce, int64_t{s.block_y} * 16)), 1, 65535);
     }
   }
   NABLA_ASSERT(!(s.rows && a == 1 && g.splits > 1 && rows_never_split(g.reduce, g.outputs, sms)),
