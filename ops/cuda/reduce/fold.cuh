@@ -20,7 +20,7 @@
 // The eager reductions read memory (PointerSource, reduce/launch.cuh); the step compiler's
 // generated reductions compute each element from a fused chain of pointwise ops instead, and
 // count boundaries as the intermediate's fresh buffer would have them, so both fold the same
-// elements in the same order and give the same bits (ops/fusion/codegen.cpp).
+// elements in the same order and give the same bits (ops/fusion/codegen_reduction.cpp).
 //
 // Two kernels cover the (A, O, B, I) block of Note [Reduction layout]:
 //  - rows (I == 1): lanes along x fold one output's elements, which are contiguous along B;
