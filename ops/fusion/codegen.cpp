@@ -79,6 +79,17 @@ void Writer::coordinate_lines(int indent, const char* suffix) {
   }
 }
 
+std::string Writer::load_line(const std::vector<int>& operands, size_t k, const std::string& at) const {
+  const Value& v = region_.value(operands[k]);
+  return fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), operands[k],
+                     type_suffix(v.dtype), k, at);
+}
+
+std::string Writer::store_line(const std::vector<int>& operands, size_t k, const std::string& at) const {
+  const Value& v = region_.value(operands[k]);
+  return fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, at, operands[k]);
+}
+
 std::string Writer::aligned_check(const std::vector<int>& operands, const std::vector<bool>& wide) const {
   std::string aligned;
   for (size_t k = 0; k < operands.size(); ++k) {
@@ -101,8 +112,7 @@ void Writer::four_wide(int indent, const std::vector<int>& operands, size_t n_ou
       line(indent,
            fmt::format("{} x{}[4];  ld4_{}(p.p[{}], {}, x{});", type_of(k), k, suffix_of(k), k, at[k], k));
     } else {
-      line(indent, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", type_of(k), operands[k], suffix_of(k), k,
-                               at[k]));
+      line(indent, load_line(operands, k, at[k]));
     }
   }
   for (size_t k = 0; k < n_out; ++k) {
@@ -297,15 +307,6 @@ KernelSource Writer::write() {
   const char* suffix = kernel.index32 ? "u" : "ll";
 
   const size_t n_out = group_.outputs.size();
-  const auto load = [&](size_t k, const std::string& offset) {
-    const Value& v = region_.value(kernel.operands[k]);
-    return fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
-                       type_suffix(v.dtype), k, offset);
-  };
-  const auto store = [&](size_t k, const std::string& offset) {
-    const Value& v = region_.value(kernel.operands[k]);
-    return fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(v.dtype), k, offset, kernel.operands[k]);
-  };
   const std::vector<std::string> compute = compute_lines(group_.ops);
 
   text_.clear();
@@ -319,9 +320,10 @@ KernelSource Writer::write() {
   // One element per thread: coordinates, loads, the ops, stores.
   const auto scalar_body = [&](int indent) {
     if (coordinates) coordinate_lines(indent, suffix);
-    for (size_t k = n_out; k < kernel.operands.size(); ++k) line(indent, load(k, offsets[k]));
+    for (size_t k = n_out; k < kernel.operands.size(); ++k)
+      line(indent, load_line(kernel.operands, k, offsets[k]));
     for (const std::string& c : compute) line(indent, c);
-    for (size_t k = 0; k < n_out; ++k) line(indent, store(k, offsets[k]));
+    for (size_t k = 0; k < n_out; ++k) line(indent, store_line(kernel.operands, k, offsets[k]));
   };
   const auto scalar_loop = [&](int indent, const std::string& first) {
     line(indent, fmt::format("for ({0} i = {1}{0}(blockIdx.x) * {2}{3} + threadIdx.x; i < {4}{3}; "

@@ -111,15 +111,12 @@ KernelSource Writer::write_reduction() {
   if (coordinates) coordinate_lines(4, suffix);
   for (size_t k = n_out; k < kernel.operands.size(); ++k) {
     if (!source_use[k]) continue;
-    const Value& v = region_.value(kernel.operands[k]);
-    line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
-                        type_suffix(v.dtype), k, offsets[k]));
+    line(4, load_line(kernel.operands, k, offsets[k]));
   }
   for (const std::string& op : compute) line(4, op);
   for (size_t k = 0; k < n_out; ++k) {
     if (!source_use[k]) continue;
-    line(4, fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
-                        offsets[k], kernel.operands[k]));
+    line(4, store_line(kernel.operands, k, offsets[k]));
   }
   line(4, fmt::format("return v{};", input));
   line(2, "}");
@@ -266,16 +263,13 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   for (size_t k = n_out; k < kernel.operands.size(); ++k) {
     per_row[k] = reads(group_.row_ops, kernel.operands[k]);
     if (!per_row[k]) continue;
-    const Value& v = region_.value(kernel.operands[k]);
-    line(4, fmt::format("const {} v{} = ld_{}(p.p[{}], k);", compute_type_name(v.dtype), kernel.operands[k],
-                        type_suffix(v.dtype), k));
+    line(4, load_line(kernel.operands, k, "k"));
   }
   for (const std::string& s : compute_lines(group_.row_ops)) line(4, s);
   std::string stores;
   for (size_t k = 0; k < n_out; ++k) {
     if (!row_out[k]) continue;
-    stores += fmt::format(" st_{}(p.p[{}], k, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
-                          kernel.operands[k]);
+    stores += " " + store_line(kernel.operands, k, "k");
   }
   if (!stores.empty()) line(4, fmt::format("if (lane == 0) {{{} }}", stores));
   for (size_t k = n_out; k < kernel.operands.size(); ++k) use[k] = use[k] && !per_row[k];  // loaded above
@@ -307,15 +301,12 @@ void Writer::then_lines(const KernelSource& kernel, const std::vector<std::strin
   if (coordinates) coordinate_lines(6, suffix);
   for (size_t k = n_out; k < kernel.operands.size(); ++k) {
     if (!use[k]) continue;
-    const Value& v = region_.value(kernel.operands[k]);
-    line(6, fmt::format("const {} v{} = ld_{}(p.p[{}], {});", compute_type_name(v.dtype), kernel.operands[k],
-                        type_suffix(v.dtype), k, offsets[k]));
+    line(6, load_line(kernel.operands, k, offsets[k]));
   }
   for (const std::string& s : compute) line(6, s);
   for (size_t k = 0; k < n_out; ++k) {
     if (!use[k]) continue;
-    line(6, fmt::format("st_{}(p.p[{}], {}, v{});", type_suffix(region_.value(kernel.operands[k]).dtype), k,
-                        offsets[k], kernel.operands[k]));
+    line(6, store_line(kernel.operands, k, offsets[k]));
   }
   line(4, "}");
   line(2, "}");

@@ -39,6 +39,9 @@ class Writer {
   void line(int indent, const std::string& s);
   // Lines turning the offset in index_ into the coordinates c0 (outermost) .. c{n-1} of dims_.
   void coordinate_lines(int indent, const char* suffix);
+  // "const float v3 = ld_bf16(p.p[k], at);" and "st_bf16(p.p[k], at, v3);" for operand k.
+  std::string load_line(const std::vector<int>& operands, size_t k, const std::string& at) const;
+  std::string store_line(const std::vector<int>& operands, size_t k, const std::string& at) const;
   // "aligned(p.p[k], bytes) && ..." for the operands taken four at a time (`wide`).
   std::string aligned_check(const std::vector<int>& operands, const std::vector<bool>& wide) const;
   // Four neighbouring elements (Note [Vectorized fused kernels]): the inputs' loads at `at` (four

@@ -168,6 +168,20 @@ TEST(FusionCuda, FusedGroupsWriteTheEagerKernelsBits) {
   }
 }
 
+// A norm's backward, shortened: g * w feeds the statistic's sum over `dim` and, after it, dx.
+// Over rows (dim 1) it is one kernel (Note [One-pass rows]); over columns, two.
+std::function<void(Region&, std::vector<Tensor>&, uint64_t)> norm_backward_summed_over(int64_t dim) {
+  return [dim](Region& r, std::vector<Tensor>& in, uint64_t seed) {
+    const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
+    const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
+    const int x = input_of(r, in, random_cuda({64, 512}, kFloat32, seed + 2));
+    const int gw = r.binary(BinaryOp::Mul, g, w);
+    const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {dim}, true, false);
+    const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
+    r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
+  };
+}
+
 // Regions with reductions (Note [Fused reductions]): every kind of launch the eager kernel makes
 // (warp rows, block rows split over blocks, rows with two reduced runs, columns with and without
 // splits), 16-bit inputs whose rows start off a 16-byte boundary, a broadcast operand, and row
@@ -211,28 +225,9 @@ std::vector<Case> reduction_cases() {
          const int x = input_of(r, in, random_cuda({4, 3, 5, 200}, kFloat32, seed));
          r.mark_live_out(r.reduce(r.unary(UnaryOp::MulScalar, x, {.a = 2}), {1}, true, false));
        }},
-      {"rms_backward_in_one_pass_f32",
-       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
-         const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
-         const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
-         const int x = input_of(r, in, random_cuda({64, 512}, kFloat32, seed + 2));
-         const int gw = r.binary(BinaryOp::Mul, g, w);
-         const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {1}, true, false);
-         const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
-         r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
-       },
-       1},
-      {"column_sum_then_recomputes_g_times_w_f32",  // Note [Recomputed values]
-       [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
-         const int g = input_of(r, in, random_cuda({64, 512}, kFloat32, seed));
-         const int w = input_of(r, in, random_cuda({512}, kFloat32, seed + 1));
-         const int x = input_of(r, in, random_cuda({64, 512}, kFloat32, seed + 2));
-         const int gw = r.binary(BinaryOp::Mul, g, w);
-         const int s = r.reduce(r.binary(BinaryOp::Mul, gw, x), {0}, true, false);
-         const int ds = r.unary(UnaryOp::MulScalar, s, {.a = -0.5});
-         r.mark_live_out(r.binary(BinaryOp::Add, gw, r.binary(BinaryOp::Mul, x, ds)));
-       },
-       2},  // the sum with g * w; after the eager scale, dx computing g * w again
+      {"rms_backward_in_one_pass_f32", norm_backward_summed_over(1), 1},
+      // Note [Recomputed values]: the sum with g * w; after the eager scale, dx computing g * w again
+      {"column_sum_then_recomputes_g_times_w_f32", norm_backward_summed_over(0), 2},
       {"one_pass_block_rows_four_wide_f32",  // a block per row of 2048, the walk four at a time
        [](Region& r, std::vector<Tensor>& in, uint64_t seed) {
          const int x = input_of(r, in, random_cuda({4096, 2048}, kFloat32, seed));
